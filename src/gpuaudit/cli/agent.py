@@ -1,0 +1,1 @@
+"""CLI for the agent area (filled in by its issue)."""

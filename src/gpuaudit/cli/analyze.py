@@ -1,0 +1,1 @@
+"""CLI for the analyze area (filled in by its issue)."""

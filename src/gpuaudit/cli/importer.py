@@ -1,0 +1,1 @@
+"""CLI for the importer area (filled in by its issue)."""

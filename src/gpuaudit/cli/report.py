@@ -1,0 +1,1 @@
+"""CLI for the report area (filled in by its issue)."""

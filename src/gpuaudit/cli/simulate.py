@@ -1,0 +1,1 @@
+"""CLI for the simulate area (filled in by its issue)."""

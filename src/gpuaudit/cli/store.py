@@ -1,0 +1,1 @@
+"""CLI for the store: sql, compact."""

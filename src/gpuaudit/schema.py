@@ -1,0 +1,128 @@
+"""The dataset contract: what a sample is. Every producer (simulator, agent, importer) and every reader
+(sql, analyzer, report) goes through these definitions; the README's schema tables are generated from
+and tested against them.
+
+Conventions: units in names, fractions 0-1 (never percent) in storage, timestamps in UTC.
+Bump SCHEMA_VERSION when a column's meaning changes; adding a nullable column keeps old files readable
+(readers union by name) and also bumps the version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 1
+SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
+
+SAMPLES = "gpu_samples"
+PROCESSES = "gpu_processes"
+TABLES = (SAMPLES, PROCESSES)
+# The SQL view name each table is exposed under.
+VIEW_NAMES = {SAMPLES: "samples", PROCESSES: "processes"}
+
+# Hive partition keys, in directory order. They are not stored inside the files.
+PARTITION_KEYS = ("host", "date")
+
+# Values of `source` (which path produced sm_active).
+SOURCE_NVML_GPM = "nvml-gpm"  # NVML GPM: true SM activity
+SOURCE_NVML = "nvml"  # duty cycle only: sm_active is null, analyzer uses duty_cycle as an upper bound
+SOURCE_PROM_DCGM = "prometheus-dcgm"  # DCGM profiling metrics (SM_ACTIVE) via Prometheus
+SOURCE_PROM_DCGM_UTIL = "prometheus-dcgm-util"  # only DCGM_FI_DEV_GPU_UTIL: upper bound like `nvml`
+SOURCE_SIMULATED = "simulated"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    sql_type: str  # DuckDB type as written to Parquet
+    unit: str
+    meaning: str
+    nullable: bool = True
+
+
+SAMPLE_COLUMNS: tuple[Column, ...] = (
+    Column("ts", "TIMESTAMPTZ", "UTC", "end of the interval", nullable=False),
+    Column("interval_s", "FLOAT", "s", "length of the interval this row averages over", nullable=False),
+    Column("host", "VARCHAR", "", "node hostname (partition key)", nullable=False),
+    Column("gpu_uuid", "VARCHAR", "", "GPU UUID (of the parent GPU for a MIG instance)", nullable=False),
+    Column("gpu_index", "SMALLINT", "", "NVML index of the GPU on its host"),
+    Column("gpu_name", "VARCHAR", "", "product name, e.g. NVIDIA H100 80GB HBM3"),
+    Column("mig_instance", "SMALLINT", "", "MIG GPU instance id; null for a whole GPU"),
+    Column("mig_profile", "VARCHAR", "", "MIG profile, e.g. 3g.40gb; null for a whole GPU"),
+    Column(
+        "gpu_fraction",
+        "FLOAT",
+        "GPUs",
+        "share of a physical GPU this row stands for (1 for a whole GPU, slices/7 for a MIG instance); "
+        "GPU-hours are weighted by it",
+        nullable=False,
+    ),
+    Column("sm_active", "FLOAT", "0-1", "SM activity, interval average (GPM or DCGM); null where unmeasured"),
+    Column("sm_occupancy", "FLOAT", "0-1", "SM occupancy (resident warps / max), interval average"),
+    Column("tensor_active", "FLOAT", "0-1", "tensor pipe activity, interval average"),
+    Column("dram_active", "FLOAT", "0-1", "DRAM bandwidth utilization, interval average"),
+    Column("duty_cycle", "FLOAT", "0-1", "nvidia-smi utilization.gpu: share of time a kernel ran"),
+    Column("mem_util", "FLOAT", "0-1", "memory controller utilization (nvidia-smi utilization.memory)"),
+    Column("mem_used_bytes", "BIGINT", "bytes", "framebuffer memory used, at the end of the interval"),
+    Column("mem_total_bytes", "BIGINT", "bytes", "framebuffer memory total"),
+    Column("power_w", "FLOAT", "W", "average board power over the interval"),
+    Column("energy_j", "FLOAT", "J", "energy used in the interval"),
+    Column("temp_c", "SMALLINT", "°C", "GPU temperature at the end of the interval"),
+    Column("n_processes", "SMALLINT", "", "compute processes on the GPU during the interval", nullable=False),
+    Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, prometheus-dcgm, "
+           "prometheus-dcgm-util, simulated", nullable=False),
+)
+
+PROCESS_COLUMNS: tuple[Column, ...] = (
+    Column("ts", "TIMESTAMPTZ", "UTC", "end of the interval", nullable=False),
+    Column("host", "VARCHAR", "", "node hostname (partition key)", nullable=False),
+    Column("gpu_uuid", "VARCHAR", "", "GPU UUID the process ran on", nullable=False),
+    Column("mig_instance", "SMALLINT", "", "MIG GPU instance id; null for a whole GPU"),
+    Column("pid", "INTEGER", "", "process id on the host (null when imported from Prometheus)"),
+    Column("user", "VARCHAR", "", "user name (from the process uid)"),
+    Column("job_id", "VARCHAR", "", "Slurm job id (or the exporter's hpc_job label)"),
+    Column("k8s_namespace", "VARCHAR", "", "Kubernetes namespace"),
+    Column("k8s_pod", "VARCHAR", "", "Kubernetes pod name (or pod UID when only that is known)"),
+    Column("container", "VARCHAR", "", "container name or id"),
+    Column("command", "VARCHAR", "", "command line, truncated to 256 characters"),
+    Column("mem_used_bytes", "BIGINT", "bytes", "GPU memory used by the process"),
+    Column("sm_util", "FLOAT", "0-1", "the process's SM utilization from NVML, null if unknown"),
+)
+
+COLUMNS: dict[str, tuple[Column, ...]] = {SAMPLES: SAMPLE_COLUMNS, PROCESSES: PROCESS_COLUMNS}
+
+
+def column_names(table: str) -> list[str]:
+    return [c.name for c in COLUMNS[table]]
+
+
+def stored_columns(table: str) -> list[Column]:
+    """Columns written inside the Parquet files (the partition keys live in the directory names)."""
+    return [c for c in COLUMNS[table] if c.name not in PARTITION_KEYS]
+
+
+def empty_select(table: str) -> str:
+    """A typed, zero-row SELECT with every column of `table`: keeps views complete on an empty or old
+    dataset (a column no file has yet still exists, as NULL)."""
+    cols = ", ".join(f"CAST(NULL AS {c.sql_type}) AS {quote_ident(c.name)}" for c in COLUMNS[table])
+    return f"SELECT {cols}, CAST(NULL AS DATE) AS date WHERE false"
+
+
+def cast_select(table: str, source: str) -> str:
+    """SELECT that casts `source`'s columns to the contract's types, in contract order, plus the date
+    partition key derived from ts in UTC. Producers pass their frames through it before writing."""
+    cols = ", ".join(f"CAST({quote_ident(c.name)} AS {c.sql_type}) AS {quote_ident(c.name)}" for c in COLUMNS[table])
+    return f"SELECT {cols}, CAST(timezone('UTC', ts) AS DATE) AS date FROM {source}"
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def markdown_table(table: str) -> str:
+    """The README's schema table for `table` (a test keeps the README in step with this module)."""
+    lines = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+    for c in COLUMNS[table]:
+        null = "" if c.nullable else " (never null)"
+        lines.append(f"| `{c.name}` | {c.sql_type} | {c.unit} | {c.meaning}{null} |")
+    return "\n".join(lines)

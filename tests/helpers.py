@@ -1,0 +1,39 @@
+"""Small helpers shared by tests (fixtures stay in each area's own test module)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_binary(name: str, how: str) -> str:
+    """Path of `name`; skip the test when it is missing on a laptop, fail in CI (where .ci/run installs it)."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} not found; {how}"
+    if in_ci():
+        pytest.fail(message)
+    pytest.skip(message)
+    raise AssertionError("unreachable")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `gpuaudit ARGS` in a subprocess exactly as a user would (the installed console script's module)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gpuaudit", *args],
+        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+    )
