@@ -101,18 +101,24 @@ def stored_columns(table: str) -> list[Column]:
     return [c for c in COLUMNS[table] if c.name not in PARTITION_KEYS]
 
 
-def empty_select(table: str) -> str:
-    """A typed, zero-row SELECT with every column of `table`: keeps views complete on an empty or old
-    dataset (a column no file has yet still exists, as NULL)."""
-    cols = ", ".join(f"CAST(NULL AS {c.sql_type}) AS {quote_ident(c.name)}" for c in COLUMNS[table])
-    return f"SELECT {cols}, CAST(NULL AS DATE) AS date WHERE false"
+def typed_select(table: str, present: set[str] | None = None, *, columns: list[Column] | None = None) -> str:
+    """The SELECT list casting each contract column to its type, in contract order; a column not in
+    `present` (when given) becomes a typed NULL, so old files and partial producers still fit."""
+    cols = columns if columns is not None else list(COLUMNS[table])
+    parts = []
+    for c in cols:
+        expr = quote_ident(c.name) if present is None or c.name in present else "NULL"
+        parts.append(f"CAST({expr} AS {c.sql_type}) AS {quote_ident(c.name)}")
+    return ", ".join(parts)
 
 
-def cast_select(table: str, source: str) -> str:
-    """SELECT that casts `source`'s columns to the contract's types, in contract order, plus the date
-    partition key derived from ts in UTC. Producers pass their frames through it before writing."""
-    cols = ", ".join(f"CAST({quote_ident(c.name)} AS {c.sql_type}) AS {quote_ident(c.name)}" for c in COLUMNS[table])
-    return f"SELECT {cols}, CAST(timezone('UTC', ts) AS DATE) AS date FROM {source}"
+def empty_select(table: str, *, stored_only: bool = False) -> str:
+    """A typed, zero-row SELECT with every column of `table` (plus the `date` partition key unless
+    `stored_only`): keeps views complete on an empty or old dataset (a column no file has yet still
+    exists, as NULL)."""
+    if stored_only:
+        return f"SELECT {typed_select(table, set(), columns=stored_columns(table))} WHERE false"
+    return f"SELECT {typed_select(table, set())}, CAST(NULL AS DATE) AS date WHERE false"
 
 
 def quote_ident(name: str) -> str:

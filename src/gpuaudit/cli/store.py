@@ -1,1 +1,100 @@
-"""CLI for the store: sql, compact."""
+"""CLI for the store: `gpuaudit sql` and `gpuaudit compact`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from gpuaudit.cli import app
+from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
+
+
+def _warn_to_stderr() -> None:
+    """Store warnings (skipped files) as `gpuaudit: warning: ...` lines."""
+    logging.basicConfig(level=logging.WARNING, format="gpuaudit: %(levelname)s: %(message)s")
+    logging.addLevelName(logging.WARNING, "warning")
+
+
+@app.command()
+@handle_errors
+def sql(
+    query: str = typer.Argument(None, help="A read-only SQL statement over the views `samples` and `processes`."),
+    file: Path = typer.Option(
+        None, "--file", "-f", help="Read the query from a file, or name a canned query (e.g. sql/fleet_summary.sql)."
+    ),
+    fmt: str = typer.Option("table", "--format", help="Output format: table, csv, json or parquet."),
+    out: Path = typer.Option(None, "--out", "-o", help="Write the result to this file (required for parquet)."),
+    views: bool = typer.Option(False, "--views", help="Print CREATE VIEW statements for the DuckDB CLI and exit."),
+    list_queries: bool = typer.Option(False, "--list", help="List the canned queries shipped with gpuaudit."),
+    data: Path = DataOption,
+) -> None:
+    """Query the dataset with SQL (DuckDB). Read-only: writes, ATTACH, COPY and SET are refused.
+
+    Examples: gpuaudit sql "SELECT host, count(*) FROM samples GROUP BY host";
+    gpuaudit sql --file sql/fleet_summary.sql --format json.
+    """
+    from gpuaudit import resources, sqlquery, store
+
+    _warn_to_stderr()
+    if list_queries:
+        for name in resources.sql_names():
+            typer.echo(name)
+        return
+    root = data_path(data)
+    if not root.exists():
+        fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
+    ds = store.open_dataset(root)
+    if views:
+        typer.echo(ds.view_sql(), nl=False)
+        return
+    if file is not None:
+        if query:
+            fail("give a query or --file, not both")
+        text = _read_query_file(file)
+    elif query:
+        text = query
+    else:
+        fail("no query: give one as an argument, or --file, --views or --list")
+    table = sqlquery.run_query(ds, text)
+    rendered = sqlquery.write_output(table, fmt, out)
+    if rendered is not None:
+        typer.echo(rendered, nl=False)
+
+
+def _read_query_file(file: Path) -> str:
+    from gpuaudit import resources
+
+    if file.is_file():
+        return file.read_text(encoding="utf-8")
+    # `--file sql/NAME.sql` also finds the canned queries shipped inside the package, from anywhere.
+    if file.parent.name in ("sql", "") and file.suffix in (".sql", ""):
+        return resources.load_sql(file.stem)
+    fail(f"no such file: {file}")
+    raise AssertionError
+
+
+@app.command()
+@handle_errors
+def compact(
+    data: Path = DataOption,
+    table: str = typer.Option(None, "--table", help="Only this table: gpu_samples or gpu_processes."),
+    host: str = typer.Option(None, "--host", help="Only this host's partitions."),
+    date: str = typer.Option(None, "--date", help="Only this date's partitions (YYYY-MM-DD)."),
+) -> None:
+    """Merge each partition's small files into one (safe to interrupt; readers never see rows twice)."""
+    from gpuaudit import store
+
+    _warn_to_stderr()
+    root = data_path(data)
+    if not root.is_dir():
+        fail(f"no dataset at {root}")
+    stats = store.compact(root, table=table, host=host, date=date)
+    saved = stats.bytes_before - stats.bytes_after
+    typer.echo(
+        f"compacted {stats.partitions} partition(s): {stats.files_before} files -> {stats.files_after}, "
+        f"{stats.bytes_before:,} -> {stats.bytes_after:,} bytes ({saved:,} saved)"
+        + (f"; finished {stats.recovered} interrupted compaction(s)" if stats.recovered else "")
+        + (f"; left {len(stats.skipped)} unreadable file(s) in place" if stats.skipped else "")
+    )

@@ -1,0 +1,554 @@
+"""The dataset on disk: Hive-partitioned Parquet under one root directory, read through DuckDB.
+
+    <root>/gpu_samples/host=<host>/date=<YYYY-MM-DD>/<stem>.parquet
+    <root>/gpu_processes/host=<host>/date=<YYYY-MM-DD>/<stem>.parquet
+    <root>/<name>.json                      sidecars (e.g. simulation.json)
+    <root>/.staging/                        files being written (never read)
+
+Every producer writes through `write_table`, which makes files appear atomically (staging file, fsync,
+rename, fsync of the directory), so a reader or a crash never exposes half a file. Compaction merges a
+partition's files under a journal, so a crash mid-way never shows rows twice. Readers skip unreadable
+files with a warning that names them instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import duckdb
+
+from gpuaudit import schema
+from gpuaudit.errors import GpuauditError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+log = logging.getLogger("gpuaudit.store")
+
+DEFAULT_DATA = "gpuaudit-data"
+STAGING = ".staging"
+JOURNAL_PREFIX = ".compact-"
+ZSTD_LEVEL = 9  # measured: level 9 saves ~10 % over the default 3 on sample rows at little write cost
+STALE_STAGING_S = 24 * 3600
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+# Fraction columns must hold 0-1: catches a producer that wrote percent.
+_FRACTION_COLS = {
+    schema.SAMPLES: ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle", "mem_util",
+                     "gpu_fraction"),
+    schema.PROCESSES: ("sm_util",),
+}
+_SORT_KEYS = {schema.SAMPLES: ("gpu_uuid", "mig_instance", "ts"), schema.PROCESSES: ("gpu_uuid", "ts", "pid")}
+
+
+def data_root(path: Path | str | None = None) -> Path:
+    """The dataset root: an explicit path, else $GPUAUDIT_DATA, else ./gpuaudit-data."""
+    if path:
+        return Path(path).expanduser()
+    env = os.environ.get("GPUAUDIT_DATA")
+    return Path(env).expanduser() if env else Path(DEFAULT_DATA)
+
+
+def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the session settings gpuaudit relies on (UTC)."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+# --------------------------------------------------------------------------------------------- writing
+
+
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def partition_dir(root: Path, table: str, host: str, date: str) -> Path:
+    # Percent-encoding keeps any hostname a single safe path component; DuckDB decodes it on read.
+    return Path(root) / table / f"host={quote(host, safe='-_.~')}" / f"date={date}"
+
+
+def _staging_dir(root: Path) -> Path:
+    d = Path(root) / STAGING
+    d.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for stale in d.iterdir():  # left by a crashed writer
+        try:
+            if now - stale.stat().st_mtime > STALE_STAGING_S:
+                stale.unlink()
+        except OSError:
+            pass
+    return d
+
+
+def _new_stem(prefix: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{prefix}-{stamp}-{uuid.uuid4().hex[:8]}"
+
+
+def _register_input(con: duckdb.DuckDBPyConnection, data: Any) -> list[str]:
+    """Make `data` visible to DuckDB as `_input`; returns its column names."""
+    if isinstance(data, Mapping):
+        # Plain columnar Python lists: the agent's path, which stays free of polars/pyarrow for a small RSS.
+        names = list(data)
+        lengths = {len(v) for v in data.values()}
+        if len(lengths) > 1:
+            raise GpuauditError("write_table: columns have different lengths")
+        types = _types_for(names)
+        cols = ", ".join(f"{schema.quote_ident(n)} {t}" for n, t in zip(names, types, strict=True))
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _input ({cols})")
+        rows = list(zip(*(data[n] for n in names), strict=True))
+        if rows:
+            marks = ", ".join("?" for _ in names)
+            con.executemany(f"INSERT INTO _input VALUES ({marks})", rows)
+        return names
+    con.register("_input", data)
+    return list(con.sql("SELECT * FROM _input LIMIT 0").columns)
+
+
+def _types_for(names: Iterable[str]) -> list[str]:
+    by_name: dict[str, str] = {}
+    for cols in schema.COLUMNS.values():
+        for c in cols:
+            by_name.setdefault(c.name, c.sql_type)
+    return [by_name.get(n, "VARCHAR") for n in names]
+
+
+def _check_columns(table: str, present: Sequence[str]) -> None:
+    cols = schema.COLUMNS[table]
+    known = {c.name for c in cols}
+    unknown = [n for n in present if n not in known]
+    if unknown:
+        raise GpuauditError(f"write_table({table}): unknown column(s) {', '.join(unknown)}")
+    missing = [c.name for c in cols if not c.nullable and c.name not in present]
+    if missing:
+        raise GpuauditError(f"write_table({table}): missing required column(s) {', '.join(missing)}")
+
+
+def _check_values(con: duckdb.DuckDBPyConnection, table: str, present: Sequence[str]) -> None:
+    cols = schema.COLUMNS[table]
+    checks = [f"count(*) FILTER (WHERE {schema.quote_ident(c.name)} IS NULL)" for c in cols if not c.nullable]
+    frac = [n for n in _FRACTION_COLS[table] if n in present]
+    checks += [f"count(*) FILTER (WHERE {n} < -0.001 OR {n} > 1.001)" for n in frac]
+    counts = con.execute(f"SELECT {', '.join(checks)} FROM _typed").fetchone()
+    assert counts is not None
+    names = [c.name for c in cols if not c.nullable] + frac
+    for name, n, i in zip(names, counts, range(len(names)), strict=True):
+        if n:
+            what = "null values in required column" if i < len(names) - len(frac) else "values outside 0-1 in"
+            raise GpuauditError(f"write_table({table}): {n} {what} {name!r}")
+
+
+def _copy_to(con: duckdb.DuckDBPyConnection, select_sql: str, dest: Path, params: list[Any] | None = None) -> None:
+    meta = f"{{{_sql_str(schema.SCHEMA_VERSION_KEY)}: {_sql_str(str(schema.SCHEMA_VERSION))}}}"
+    con.execute(
+        f"COPY ({select_sql}) TO {_sql_str(str(dest))} (FORMAT parquet, COMPRESSION zstd, "
+        f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2, KV_METADATA {meta})",
+        params or [],
+    )
+
+
+def _publish(staged: Path, final: Path) -> None:
+    """fsync the staged file, rename it into place, fsync the directory: the file appears whole or not at all."""
+    _fsync(staged)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, final)
+    _fsync(final.parent)
+
+
+def write_table(
+    root: Path | str,
+    table: str,
+    data: Any,
+    *,
+    prefix: str = "part",
+    name: str | None = None,
+) -> list[Path]:
+    """Write rows of `table` (schema.SAMPLES or schema.PROCESSES) into the dataset at `root`.
+
+    `data` is a polars DataFrame, a pyarrow Table, or a mapping of column name -> list. One new file per
+    (host, date) partition touched; `name` gives a deterministic file stem instead (writing the same name
+    again replaces that file atomically). Returns the paths written.
+    """
+    if table not in schema.TABLES:
+        raise GpuauditError(f"unknown table {table!r}; expected one of {', '.join(schema.TABLES)}")
+    for label, value in (("prefix", prefix), ("name", name)):
+        if value is not None and not _NAME_RE.match(value):
+            raise GpuauditError(f"write_table: invalid file {label} {value!r}")
+    root = Path(root)
+    con = connect()
+    try:
+        present = _register_input(con, data)
+        _check_columns(table, present)
+        order = ", ".join(_SORT_KEYS[table])
+        con.execute(
+            f"CREATE TEMP TABLE _typed AS SELECT {schema.typed_select(table, set(present))} FROM _input "
+            f"ORDER BY host, {order}"
+        )
+        _check_values(con, table, present)
+        partitions = con.execute(
+            "SELECT DISTINCT host, CAST(timezone('UTC', ts) AS DATE)::VARCHAR AS d FROM _typed ORDER BY 1, 2"
+        ).fetchall()
+        staging = _staging_dir(root)
+        stored = ", ".join(schema.quote_ident(c.name) for c in schema.stored_columns(table))
+        written = []
+        for host, date in partitions:
+            stem = name or _new_stem(prefix)
+            staged = staging / f"{uuid.uuid4().hex}.parquet"
+            try:
+                _copy_to(
+                    con,
+                    f"SELECT {stored} FROM _typed WHERE host = ? "
+                    f"AND CAST(timezone('UTC', ts) AS DATE) = CAST(? AS DATE) ORDER BY {order}",
+                    staged,
+                    [host, date],
+                )
+                final = partition_dir(root, table, host, date) / f"{stem}.parquet"
+                _publish(staged, final)
+            finally:
+                staged.unlink(missing_ok=True)
+            written.append(final)
+        return written
+    except duckdb.Error as e:
+        raise GpuauditError(f"write_table({table}): {_first_line(e)}") from e
+    except OSError as e:
+        raise GpuauditError(f"cannot write to {root}: {e.strerror or e}") from e
+    finally:
+        con.close()
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def write_json(root: Path | str, name: str, obj: Any) -> Path:
+    """Atomically write a sidecar JSON file at <root>/<name>."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / name
+    staged = _staging_dir(root) / f"{uuid.uuid4().hex}.json"
+    try:
+        staged.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        _publish(staged, final)
+    finally:
+        staged.unlink(missing_ok=True)
+    return final
+
+
+def read_json(root: Path | str, name: str) -> Any:
+    path = Path(root) / name
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        log.warning("ignoring unreadable %s: %s", path, e)
+        return None
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+def find_damaged(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> Path | None:
+    """The first file DuckDB cannot read, when an error did not name it: footers first, then full reads.
+    Slow, but only runs after a failure."""
+    probes = (
+        "SELECT count(*) FROM parquet_schema(?)",
+        "SELECT count(*) FROM (SELECT DISTINCT * FROM read_parquet(?))",
+    )
+    for probe in probes:
+        for f in files:
+            try:
+                con.execute(probe, [str(f)]).fetchall()
+            except duckdb.Error:
+                return f
+    return None
+
+
+def _parquet_problem(path: Path) -> str | None:
+    """Why `path` cannot be a complete Parquet file, or None. Cheap: magic bytes and footer length only;
+    damage deeper inside is caught when a query reads it (Dataset retries without the file)."""
+    try:
+        size = path.stat().st_size
+        if size < 12:
+            return f"too small ({size} bytes)"
+        with path.open("rb") as f:
+            if f.read(4) != b"PAR1":
+                return "no Parquet header"
+            f.seek(size - 8)
+            tail = f.read(8)
+    except OSError as e:
+        return e.strerror or str(e)
+    if tail[4:] != b"PAR1":
+        return "truncated (no Parquet footer)"
+    footer_len = int.from_bytes(tail[:4], "little")
+    if footer_len <= 0 or footer_len > size - 12:
+        return "corrupt footer length"
+    return None
+
+
+def _journal_hidden(part_dir: Path) -> set[Path]:
+    """Files superseded by a finished compaction whose old files were not deleted yet (crash)."""
+    hidden: set[Path] = set()
+    for journal in part_dir.glob(f"{JOURNAL_PREFIX}*.json"):
+        try:
+            entry = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (part_dir / entry["new"]).exists():
+            hidden.update(part_dir / old for old in entry["old"])
+    return hidden
+
+
+def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(readable files, [(unreadable file, reason)]) of one table."""
+    base = Path(root) / table
+    good: list[Path] = []
+    bad: list[tuple[Path, str]] = []
+    if not base.is_dir():
+        return good, bad
+    for part_dir in sorted(base.glob("host=*/date=*")):
+        hidden = _journal_hidden(part_dir)
+        for f in sorted(part_dir.glob("*.parquet")):
+            if f in hidden:
+                continue
+            problem = _parquet_problem(f)
+            (bad.append((f, problem)) if problem else good.append(f))
+    return good, bad
+
+
+@dataclass
+class Dataset:
+    """A dataset root opened for reading: DuckDB views `samples` and `processes` over its Parquet files."""
+
+    root: Path
+    con: duckdb.DuckDBPyConnection
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+    def _skip(self, path: Path, reason: str) -> None:
+        self.skipped.append((path, reason))
+        log.warning("skipping unreadable file %s: %s", path, reason)
+
+    def _create_views(self) -> None:
+        # Creating a view binds its files' schemas, so a damaged footer can surface here already.
+        self._retry(self._bind_views)
+
+    def _bind_views(self) -> None:
+        for table, view in schema.VIEW_NAMES.items():
+            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table)}")
+
+    def view_select(self, table: str, files: Sequence[Path] | None = None) -> str:
+        files = self.files[table] if files is None else files
+        empty = schema.empty_select(table)
+        if not files:
+            return empty
+        listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
+        return (
+            f"SELECT * FROM read_parquet({listing}, hive_partitioning = true, union_by_name = true, "
+            f"hive_types = {{'host': VARCHAR, 'date': DATE}}) UNION ALL BY NAME {empty}"
+        )
+
+    def view_sql(self) -> str:
+        """CREATE VIEW statements any DuckDB client can run to see the same dataset (absolute paths)."""
+        out = ["SET TimeZone = 'UTC';"]
+        for table, view in schema.VIEW_NAMES.items():
+            files = [f.resolve() for f in self.files[table]]
+            out.append(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table, files)};")
+        return "\n".join(out) + "\n"
+
+    def _retry(self, run: Any) -> Any:
+        """Run `run()`; when DuckDB fails on one of our files (damage the cheap header/footer check
+        missed), drop that file with a warning and try again."""
+        while True:
+            try:
+                return run()
+            except duckdb.Error as e:
+                culprit = self._file_in_error(str(e)) or self._probe_files()
+                if culprit is None:
+                    raise GpuauditError(f"query failed: {_first_line(e)}") from e
+                for files in self.files.values():
+                    if culprit in files:
+                        files.remove(culprit)
+                self._skip(culprit, _first_line(e))
+                self._bind_views()
+
+    def _file_in_error(self, message: str) -> Path | None:
+        for files in self.files.values():
+            for f in files:
+                if str(f) in message:
+                    return f
+        return None
+
+    def _probe_files(self) -> Path | None:
+        return find_damaged(self.con, [f for files in self.files.values() for f in files])
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
+        """Run `sql` against the views and return a polars DataFrame."""
+        return self._retry(lambda: self.con.sql(sql, params=params or None).pl())
+
+    def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        return self._retry(lambda: self.con.sql(sql, params=params or None).fetchall())
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        """Run `sql` and return a pyarrow Table (for other output formats)."""
+        return self._retry(lambda: self.con.sql(sql, params=params or None).fetch_arrow_table())
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_dataset(root: Path | str, *, threads: int | None = None) -> Dataset:
+    """Open the dataset at `root` (which may be empty or missing: the views are then empty)."""
+    root = Path(root)
+    ds = Dataset(root=root, con=connect(threads))
+    for table in schema.TABLES:
+        good, bad = table_files(root, table)
+        ds.files[table] = good
+        for path, reason in bad:
+            ds._skip(path, reason)
+    ds._create_views()
+    return ds
+
+
+# ------------------------------------------------------------------------------------------ compaction
+
+
+@dataclass
+class CompactStats:
+    partitions: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    recovered: int = 0  # journals of interrupted compactions finished
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _finish_journals(part_dir: Path) -> int:
+    """Complete (or discard) compactions interrupted by a crash."""
+    n = 0
+    for journal in part_dir.glob(f"{JOURNAL_PREFIX}*.json"):
+        try:
+            entry = json.loads(journal.read_text(encoding="utf-8"))
+            if (part_dir / entry["new"]).exists():
+                for old in entry["old"]:
+                    (part_dir / old).unlink(missing_ok=True)
+        except (OSError, ValueError, KeyError):
+            pass
+        journal.unlink(missing_ok=True)
+        n += 1
+    if n:
+        _fsync(part_dir)
+    return n
+
+
+def compact(
+    root: Path | str,
+    *,
+    table: str | None = None,
+    host: str | None = None,
+    date: str | None = None,
+) -> CompactStats:
+    """Merge each partition's files into one. Crash-safe: the merged file is published under a journal
+    naming the files it replaces, so readers hide those until they are deleted; rows never appear twice
+    and never go missing. Unreadable files are left in place (and reported)."""
+    root = Path(root)
+    tables = [table] if table else list(schema.TABLES)
+    stats = CompactStats()
+    for t in tables:
+        if t not in schema.TABLES:
+            raise GpuauditError(f"unknown table {t!r}; expected one of {', '.join(schema.TABLES)}")
+        base = root / t
+        if not base.is_dir():
+            continue
+        host_glob = f"host={quote(host, safe='-_.~')}" if host else "host=*"
+        date_glob = f"date={date}" if date else "date=*"
+        for part_dir in sorted(base.glob(f"{host_glob}/{date_glob}")):
+            stats.recovered += _finish_journals(part_dir)
+            files = []
+            for f in sorted(part_dir.glob("*.parquet")):
+                problem = _parquet_problem(f)
+                if problem:
+                    stats.skipped.append((f, problem))
+                    log.warning("compact: leaving unreadable file %s: %s", f, problem)
+                else:
+                    files.append(f)
+            if len(files) < 2:
+                continue
+            stats.partitions += 1
+            stats.files_before += len(files)
+            stats.bytes_before += sum(f.stat().st_size for f in files)
+            new = _compact_partition(root, t, part_dir, files, stats)
+            stats.files_after += 1 if new else len(files)
+            stats.bytes_after += new.stat().st_size if new else stats.bytes_before
+    return stats
+
+
+def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats) -> Path | None:
+    con = connect()
+    staged = _staging_dir(root) / f"{uuid.uuid4().hex}.parquet"
+    final = part_dir / f"{_new_stem('compact')}.parquet"
+    journal = part_dir / f"{JOURNAL_PREFIX}{uuid.uuid4().hex[:8]}.json"
+    # Old files may lack newer columns: union with the typed empty select fills them with NULL.
+    empty = schema.empty_select(table, stored_only=True)
+    cols = schema.typed_select(table, columns=schema.stored_columns(table))
+    order = ", ".join(_SORT_KEYS[table])
+    files = list(files)
+    try:
+        while True:
+            listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
+            src = (f"(SELECT * FROM read_parquet({listing}, hive_partitioning = false, union_by_name = true) "
+                   f"UNION ALL BY NAME {empty})")
+            try:
+                _copy_to(con, f"SELECT {cols} FROM {src} ORDER BY {order}", staged)
+                break
+            except duckdb.Error as e:
+                bad = find_damaged(con, files)
+                if bad is None:
+                    raise GpuauditError(f"compact {part_dir}: {_first_line(e)}") from e
+                log.warning("compact: leaving unreadable file %s: %s", bad, _first_line(e))
+                stats.skipped.append((bad, _first_line(e)))
+                files.remove(bad)
+                if len(files) < 2:
+                    return None
+        journal_staged = staged.with_suffix(".json")
+        entry = {"new": final.name, "old": [f.name for f in files]}
+        journal_staged.write_text(json.dumps(entry), encoding="utf-8")
+        _publish(journal_staged, journal)
+        _publish(staged, final)
+        for f in files:
+            f.unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)
+        _fsync(part_dir)
+        return final
+    finally:
+        staged.unlink(missing_ok=True)
+        con.close()
