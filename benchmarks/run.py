@@ -1,0 +1,107 @@
+"""Run every benchmark and write benchmarks/RESULTS.md.
+
+    python benchmarks/run.py            # full sizes (the figures in RESULTS.md)
+    python benchmarks/run.py --quick    # small sizes, a smoke test of the benchmarks themselves
+    python benchmarks/run.py --only simulate,agent
+
+Each benchmarks/bench_<area>.py exposes `run(work: Path, quick: bool) -> list[dict]`; every figure is
+measured side by side with its baseline in the same run and reported as a ratio, because machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+AREAS = ("simulate", "agent", "analyzer", "import")
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def fmt(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--only", default="", help="comma-separated areas: " + ",".join(AREAS))
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    args = ap.parse_args()
+    areas = [a for a in AREAS if not args.only or a in args.only.split(",")]
+    work = HERE / ".work"
+    sys.path.insert(0, str(HERE))
+    sections: list[str] = []
+    raw: dict[str, object] = {}
+    failed = False
+    for area in areas:
+        module_name = f"bench_{'importer' if area == 'import' else area}"
+        if not (HERE / f"{module_name}.py").exists():
+            module_name = f"bench_{area}"
+        print(f"== {area}", flush=True)
+        area_work = work / area
+        shutil.rmtree(area_work, ignore_errors=True)
+        area_work.mkdir(parents=True)
+        t0 = time.perf_counter()
+        try:
+            figures = importlib.import_module(module_name).run(area_work, args.quick)
+        except Exception:  # one broken benchmark must not hide the others' figures
+            failed = True
+            err = traceback.format_exc()
+            print(err, file=sys.stderr)
+            sections.append(f"## {area}\n\nFAILED:\n\n```\n{err[-2000:]}\n```\n")
+            continue
+        elapsed = time.perf_counter() - t0
+        raw[area] = figures
+        rows = ["| figure | value | baseline | baseline value | ratio | target | met | note |",
+                "|---|---|---|---|---|---|---|---|"]
+        for f in figures:
+            rows.append("| " + " | ".join([
+                f["figure"], f"{fmt(f['value'])} {f.get('unit', '')}".strip(), fmt(f.get("baseline")),
+                fmt(f.get("baseline_value")), fmt(f.get("ratio")), fmt(f.get("target")), fmt(f.get("met")),
+                str(f.get("note", "")).replace("|", "/"),
+            ]) + " |")
+        sections.append(f"## {area}\n\n(ran in {elapsed:.0f} s)\n\n" + "\n".join(rows) + "\n")
+        shutil.rmtree(area_work, ignore_errors=True)
+    header = (
+        "# Benchmark results\n\n"
+        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC\n- machine: {machine()}\n"
+        f"- mode: {'quick (small sizes)' if args.quick else 'full'}\n"
+        "- reproduce: `make bench` (or `python benchmarks/run.py`)\n\n"
+        "Every figure is measured in the same run as its baseline; ratios are what to compare across machines.\n\n"
+    )
+    args.out.write_text(header + "\n".join(sections), encoding="utf-8")
+    (args.out.with_suffix(".json")).write_text(json.dumps(raw, indent=1, default=str), encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
