@@ -1,0 +1,401 @@
+"""`gpuaudit import prometheus`: dcgm-exporter history from a Prometheus-compatible server into the
+dataset.
+
+Two phases, so a failure never leaves a partial import behind:
+1. fetch: every query of every chunk is answered and converted to typed rows, spilled to a private
+   temporary directory (bounded memory for long windows). Any server or network error stops here,
+   before the dataset is touched.
+2. write: per (host, date) partition, the importer's own file `prometheus.parquet` is rewritten
+   atomically: its previous rows minus those the new import replaces, plus the new rows.
+
+Idempotency: imported rows live on a step grid aligned to the epoch, and a new import replaces the
+Prometheus-sourced rows of the same GPUs inside its window (also in files that compaction merged the
+importer's file into). Importing the same or an overlapping window again therefore never duplicates rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from gpuaudit import schema, store
+from gpuaudit.errors import GpuauditError
+from gpuaudit.importer.mapping import AVG, INCREASE, LAST, Mapping, gpu_fraction
+from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
+from gpuaudit.importer.timespec import align_down
+
+log = logging.getLogger("gpuaudit.importer")
+
+FILE_STEM = "prometheus"  # the importer's one file per partition
+PROM_SOURCES = (schema.SOURCE_PROM_DCGM, schema.SOURCE_PROM_DCGM_UTIL)
+KEY = ("host", "gpu_uuid", "mig_instance")
+WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
+HELD_MEM_BYTES = 256 * 1024 * 1024  # framebuffer use that counts as a process holding the GPU
+_NO_MIG = -1  # stands in for a null mig_instance while grouping and joining
+_FRACTIONS = ("sm_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active", "mem_util")
+
+Progress = Callable[[int, int], None]  # (queries done, queries in total)
+
+
+@dataclass
+class ImportResult:
+    start: datetime  # exclusive: the first row ends one step later
+    end: datetime  # inclusive: the last row's ts
+    step_s: int
+    sample_rows: int = 0
+    process_rows: int = 0
+    replaced_rows: int = 0  # earlier imported rows this import superseded
+    queries: int = 0
+    series: int = 0
+    gpus: int = 0
+    hosts: int = 0
+    sources: dict[str, int] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def query_for(name: str, kind: str, selector: str, step_s: int) -> str:
+    """PromQL for one metric over each step. The range is one millisecond short of the step so a
+    sample exactly on a step boundary counts in one interval only (Prometheus 2's ranges are closed)."""
+    sel = f"{name}{{{selector}}}" if selector else name
+    rng = f"{step_s * 1000 - 1}ms"
+    fn = {AVG: "avg_over_time", LAST: "last_over_time", INCREASE: "increase"}[kind]
+    return f"{fn}({sel}[{rng}])"
+
+
+def import_prometheus(root: Path | str, client: PromClient | Transport, mapping: Mapping, start: datetime,
+                      end: datetime, step_s: int, *, max_points: int = MAX_POINTS,
+                      progress: Progress | None = None) -> ImportResult:
+    """Import [start, end] (UTC-aware) at `step_s` into the dataset at `root`; see the module doc."""
+    for t, what in ((start, "start"), (end, "end")):
+        if t.tzinfo is None:
+            raise GpuauditError(f"{what} time must be timezone-aware (UTC)")
+    end = min(end, datetime.now(UTC))  # the future has no samples yet
+    start, end = align_down(start, step_s), align_down(end, step_s)
+    if end <= start:
+        raise GpuauditError(f"empty window: the end ({end:%Y-%m-%dT%H:%M:%SZ}, never later than now) must be "
+                            f"at least one step ({step_s}s) after --start ({start:%Y-%m-%dT%H:%M:%SZ})")
+    t0 = time.monotonic()
+    result = ImportResult(start=start, end=end, step_s=step_s)
+    owned = isinstance(client, Transport)
+    prom = PromClient(client) if isinstance(client, Transport) else client
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuaudit-import-") as tmp:
+            spill = Path(tmp)
+            _fetch(prom, mapping, start, end, step_s, max_points, spill, result, progress)
+            _write(Path(root), spill, start, end, result)
+    finally:
+        if owned:
+            prom.pc.close()
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- fetch
+
+
+def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, step_s: int, max_points: int,
+           spill: Path, result: ImportResult, progress: Progress | None) -> None:
+    queries = [(fld, prio, name, query_for(name, spec.kind, mapping.selector, step_s))
+               for fld, spec in mapping.metrics.items() for prio, name in enumerate(spec.names)]
+    windows = list(chunks(start, end, step_s, max_points))
+    total = len(windows) * len(queries)
+    exporter_pod = re.compile(mapping.exporter_pod) if mapping.exporter_pod else None
+    gpus: set[tuple[str, str, int]] = set()
+    for i, (first, last) in enumerate(windows):
+        series_rows: list[tuple[Any, ...]] = []
+        sids: list[int] = []
+        tss: list[float] = []
+        values: list[float] = []
+        for fld, prio, name, q in queries:
+            for item in prom.query_range(q, first, last, step_s):
+                sid = len(series_rows)
+                series_rows.append((sid, fld, prio, *_series_labels(item["metric"], mapping, exporter_pod)))
+                n = _append_points(item["values"], tss, values, prom.t.url, name)
+                sids.extend([sid] * n)
+            result.queries += 1
+            if progress:
+                progress(result.queries, total)
+        result.series += len(series_rows)
+        samples, processes = _rows(series_rows, sids, tss, values, mapping, step_s)
+        if samples.height:
+            samples.write_parquet(spill / f"samples-{i:06d}.parquet")
+            gpus.update(samples.select(KEY).unique().iter_rows())
+        if processes.height:
+            processes.write_parquet(spill / f"processes-{i:06d}.parquet")
+    if not gpus:
+        tried = ", ".join(n for f in ("sm_active", "duty_cycle") if f in mapping.metrics
+                          for n in mapping.metrics[f].names)
+        sel = f" matching {{{mapping.selector}}}" if mapping.selector else ""
+        raise GpuauditError(
+            f"no GPU utilization series{sel} between {start:%Y-%m-%dT%H:%M:%SZ} and {end:%Y-%m-%dT%H:%M:%SZ} "
+            f"on {prom.t.url} (tried {tried}); nothing imported. Check the window, --selector or --metric")
+    result.gpus = len(gpus)
+    result.hosts = len({g[0] for g in gpus})
+
+
+def _append_points(raw: list[Any], tss: list[float], values: list[float], url: str, name: str) -> int:
+    try:
+        for t, v in raw:
+            tss.append(float(t))
+            values.append(float(v))
+    except (TypeError, ValueError):
+        raise GpuauditError(f"malformed response from {url}: bad sample in {name} "
+                            "(expected [timestamp, \"value\"] pairs)") from None
+    return len(raw)
+
+
+_LABEL_FIELDS = ("host", "gpu_uuid", "gpu_index", "gpu_name", "mig_instance", "mig_profile",
+                 "k8s_pod", "k8s_namespace", "container", "job_id")
+
+
+def _series_labels(labels: dict[str, str], mapping: Mapping, exporter_pod: re.Pattern[str] | None
+                   ) -> tuple[Any, ...]:
+    """(host, gpu_uuid, gpu_index, gpu_name, mig_instance, mig_profile, pod, namespace, container, job)."""
+    names = mapping.labels
+
+    def first(fld: str) -> tuple[str | None, str | None]:
+        for label in names.get(fld, ()):
+            value = labels.get(label)
+            if value:
+                return label, value
+        return None, None
+
+    host_label, host = first("host")
+    if host_label == "instance" and host:
+        host = re.sub(r":\d+$", "", host)  # an exporter address, not a hostname: drop the port
+    host = host or "unknown"
+    gpu_index = _int(first("gpu_index")[1])
+    uuid = first("gpu_uuid")[1] or f"{host}/gpu{gpu_index if gpu_index is not None else '?'}"
+    mig = _int(first("mig_instance")[1])
+    mig_profile = first("mig_profile")[1] if mig is not None else None
+    # The pod label picks the naming style; namespace and container come from the same style.
+    pod = namespace = container = None
+    pods, namespaces, containers = (names.get(f, ()) for f in ("k8s_pod", "k8s_namespace", "container"))
+    for i, label in enumerate(pods):
+        if labels.get(label):
+            pod = labels[label]
+            namespace = labels.get(namespaces[i]) if i < len(namespaces) else first("k8s_namespace")[1]
+            container = labels.get(containers[i]) if i < len(containers) else first("container")[1]
+            break
+    if pod and exporter_pod is not None and exporter_pod.search(pod):
+        pod = namespace = container = None
+    job = first("job_id")[1]
+    return (host, uuid, gpu_index, first("gpu_name")[1], mig if mig is not None else _NO_MIG, mig_profile,
+            pod, namespace or None, container or None, job)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+_SERIES_SCHEMA = {
+    "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "host": pl.Utf8, "gpu_uuid": pl.Utf8,
+    "gpu_index": pl.Int32, "gpu_name": pl.Utf8, "mig_instance": pl.Int32, "mig_profile": pl.Utf8,
+    "k8s_pod": pl.Utf8, "k8s_namespace": pl.Utf8, "container": pl.Utf8, "job_id": pl.Utf8,
+}
+
+
+def _rows(series_rows: list[tuple[Any, ...]], sids: list[int], tss: list[float], values: list[float],
+          mapping: Mapping, step_s: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One chunk's answers -> (sample rows, process rows) in the dataset's columns."""
+    series = pl.DataFrame(series_rows, schema=_SERIES_SCHEMA, orient="row")
+    points = pl.DataFrame({"sid": sids, "ts": tss, "value": values},
+                          schema={"sid": pl.Int64, "ts": pl.Float64, "value": pl.Float64})
+    key = list(KEY)
+    long = (points.filter(pl.col("value").is_finite())
+            .with_columns(pl.col("ts").round(0).cast(pl.Int64))
+            .join(series, on="sid"))
+    # Several series can describe one GPU at one time (a pod label changed mid-step, or a preferred and
+    # a fallback metric): keep the most preferred name, average what is left.
+    best = (long.group_by([*key, "ts", "field", "prio"]).agg(pl.col("value").mean())
+            .sort("prio").group_by([*key, "ts", "field"]).agg(pl.col("value").first()))
+    if best.height:
+        wide = best.pivot(on="field", index=[*key, "ts"], values="value")
+    else:
+        wide = pl.DataFrame(schema={"host": pl.Utf8, "gpu_uuid": pl.Utf8, "mig_instance": pl.Int32,
+                                    "ts": pl.Int64})
+    wide = wide.with_columns([pl.lit(None, pl.Float64).alias(f) for f in
+                              ("sm_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active",
+                               "mem_util", "fb_used", "fb_free", "power_w", "energy_j", "temp_c")
+                              if f not in wide.columns])
+    wide = wide.filter(pl.col("sm_active").is_not_null() | pl.col("duty_cycle").is_not_null())
+
+    attrs = (long.group_by(key)
+             .agg(pl.col("gpu_index").drop_nulls().first(), pl.col("gpu_name").drop_nulls().first(),
+                  pl.col("mig_profile").drop_nulls().first()))
+    fractions = [gpu_fraction(p, n) if m != _NO_MIG else 1.0
+                 for m, p, n in attrs.select("mig_instance", "mig_profile", "gpu_name").iter_rows()]
+    attrs = attrs.with_columns(pl.Series("gpu_fraction", fractions, pl.Float64))
+
+    procs = (long.filter(pl.col("k8s_pod").is_not_null() | pl.col("job_id").is_not_null())
+             .select(*key, "ts", "k8s_pod", "k8s_namespace", "container", "job_id").unique()
+             .join(wide.select(*key, "ts"), on=[*key, "ts"], how="semi"))
+    counts = procs.group_by([*key, "ts"]).agg(pl.len().alias("n_processes"))
+
+    def scaled(fld: str) -> pl.Expr:
+        factor = mapping.factor(fld) if fld in mapping.metrics else 1.0
+        expr = pl.col(fld) * factor
+        return expr.clip(0.0, 1.0) if fld in _FRACTIONS else expr
+
+    mib_used = scaled("fb_used")
+    samples = (wide.join(attrs, on=key, how="left").join(counts, on=[*key, "ts"], how="left")
+               .select(
+                   _ts(),
+                   pl.lit(float(step_s)).alias("interval_s"),
+                   "host", "gpu_uuid", "gpu_index", "gpu_name",
+                   _mig(), "mig_profile", "gpu_fraction",
+                   *(scaled(f).alias(f) for f in _FRACTIONS),
+                   mib_used.round(0).cast(pl.Int64).alias("mem_used_bytes"),
+                   (mib_used + scaled("fb_free")).round(0).cast(pl.Int64).alias("mem_total_bytes"),
+                   scaled("power_w").alias("power_w"),
+                   scaled("energy_j").alias("energy_j"),
+                   scaled("temp_c").round(0).cast(pl.Int16).alias("temp_c"),
+                   # Pods/jobs on the GPU; without any, framebuffer memory in use shows an
+                   # unattributed process holding it (a CUDA context alone takes a few hundred MiB).
+                   pl.when(pl.col("n_processes").is_not_null()).then(pl.col("n_processes"))
+                   .when(mib_used >= HELD_MEM_BYTES).then(1).otherwise(0).cast(pl.Int16)
+                   .alias("n_processes"),
+                   pl.when(pl.col("sm_active").is_not_null()).then(pl.lit(schema.SOURCE_PROM_DCGM))
+                   .otherwise(pl.lit(schema.SOURCE_PROM_DCGM_UTIL)).alias("source"),
+               ))
+    processes = procs.select(_ts(), "host", "gpu_uuid", _mig(), pl.lit(None, pl.Int32).alias("pid"),
+                             "job_id", "k8s_namespace", "k8s_pod", "container")
+    return samples, processes
+
+
+def _ts() -> pl.Expr:
+    return pl.from_epoch(pl.col("ts"), time_unit="s").dt.replace_time_zone("UTC").alias("ts")
+
+
+def _mig() -> pl.Expr:
+    return (pl.when(pl.col("mig_instance") == _NO_MIG).then(None).otherwise(pl.col("mig_instance"))
+            .cast(pl.Int16).alias("mig_instance"))
+
+
+# ---------------------------------------------------------------------------------------------- write
+
+
+def _write(root: Path, spill: Path, start: datetime, end: datetime, result: ImportResult) -> None:
+    """Publish the spilled rows in batches of whole dates (bounded memory, few writer calls); see
+    _supersede for what is replaced."""
+    samples_files = sorted(spill.glob("samples-*.parquet"))
+    process_files = sorted(spill.glob("processes-*.parquet"))
+    if not samples_files:
+        return
+    samples = pl.scan_parquet(samples_files).with_columns(pl.col("ts").dt.date().alias("_d"))
+    processes = (pl.scan_parquet(process_files).with_columns(pl.col("ts").dt.date().alias("_d"))
+                 if process_files else None)
+    per_date = samples.group_by("_d").len().sort("_d").collect()
+    batch: list[Any] = []
+    rows = 0
+    for day, n in per_date.iter_rows():
+        if batch and rows + n > WRITE_BATCH_ROWS:
+            _write_batch(root, samples, processes, batch, start, end, result)
+            batch, rows = [], 0
+        batch.append(day)
+        rows += n
+    _write_batch(root, samples, processes, batch, start, end, result)
+
+
+def _write_batch(root: Path, samples: pl.LazyFrame, processes: pl.LazyFrame | None, days: list[Any],
+                 start: datetime, end: datetime, result: ImportResult) -> None:
+    s_rows = samples.filter(pl.col("_d").is_in(days)).collect()
+    p_rows = processes.filter(pl.col("_d").is_in(days)).collect() if processes is not None else None
+    result.sample_rows += s_rows.height
+    for src, n in s_rows.group_by("source").len().iter_rows():
+        result.sources[src] = result.sources.get(src, 0) + n
+    s_merged, p_merged = [], []
+    for (host, day), s_part in s_rows.partition_by("host", "_d", as_dict=True).items():
+        host, date = str(host), day.isoformat()
+        s_part = s_part.drop("_d")
+        gpus = s_part.select(_gpu_key().alias("k"))["k"].unique().to_list()
+        keep, replaced = _supersede(root, schema.SAMPLES, host, date, gpus, start, end)
+        result.replaced_rows += replaced
+        s_merged.append(_concat(keep, s_part))
+        p_part = (p_rows.filter((pl.col("host") == host) & (pl.col("_d") == day)).drop("_d")
+                  if p_rows is not None else None)
+        keep, _ = _supersede(root, schema.PROCESSES, host, date, gpus, start, end)
+        merged = _concat(keep, p_part)
+        if merged is not None:
+            p_merged.append(merged)
+            result.process_rows += p_part.height if p_part is not None else 0
+        else:  # every earlier imported process row here was superseded, and none is new
+            (store.partition_dir(root, schema.PROCESSES, host, date) / f"{FILE_STEM}.parquet").unlink(missing_ok=True)
+    result.files += store.write_table(root, schema.SAMPLES, pl.concat(s_merged, how="diagonal_relaxed"),
+                                      name=FILE_STEM)
+    if p_merged:
+        result.files += store.write_table(root, schema.PROCESSES, pl.concat(p_merged, how="diagonal_relaxed"),
+                                          name=FILE_STEM)
+
+
+def _concat(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame | None:
+    frames = [f for f in (a, b) if f is not None and f.height]
+    if not frames:
+        return None
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+
+
+def _gpu_key() -> pl.Expr:
+    """gpu_uuid|mig_instance: one GPU or MIG slice."""
+    return pl.concat_str([pl.col("gpu_uuid"), pl.col("mig_instance").fill_null(_NO_MIG).cast(pl.Utf8)],
+                         separator="|")
+
+
+def _prom_rows(table: str) -> pl.Expr:
+    # Imported process rows are the ones without a pid (the agent always knows the pid).
+    if table == schema.SAMPLES:
+        return pl.col("source").is_in(PROM_SOURCES)
+    return pl.col("pid").is_null()
+
+
+def _supersede(root: Path, table: str, host: str, day: str, gpus: list[str], start: datetime, end: datetime
+               ) -> tuple[pl.DataFrame | None, int]:
+    """Drop the earlier rows of this partition that a new import replaces: Prometheus-sourced rows of the
+    imported GPUs with ts in (start, end]. Returns (rows of the importer's own file to keep, rows
+    dropped). Other files holding such rows (the importer's file after a compaction merged it) are
+    rewritten atomically without them."""
+    part_dir = store.partition_dir(root, table, host, day)
+    if not part_dir.is_dir():
+        return None, 0
+    if any(part_dir.glob(f"{store.JOURNAL_PREFIX}*")):
+        # An interrupted compaction: let the store finish it first, so no file we read is one it hides.
+        store.compact(root, table=table, host=host, date=day)
+    keep_own: pl.DataFrame | None = None
+    dropped = 0
+    mask = (_prom_rows(table) & pl.col("ts").is_between(start, end, closed="right")
+            & _gpu_key().is_in(gpus)).fill_null(False)
+    for f in sorted(part_dir.glob("*.parquet")):
+        try:
+            # Other producers' files are only counted (column statistics make that cheap); read in
+            # full only the importer's own file and files that hold rows to replace.
+            if f.stem != FILE_STEM and not pl.scan_parquet(f).filter(mask).select(pl.len()).collect().item():
+                continue
+            old = pl.read_parquet(f)
+        except Exception as e:  # a damaged file is the reader's business (skipped with a warning there)
+            log.warning("import: leaving unreadable %s: %s", f, e)
+            continue
+        replaced = old.select(mask.alias("r"))["r"]
+        n = int(replaced.sum())
+        dropped += n
+        rest = old.filter(~replaced).with_columns(pl.lit(host).alias("host"))
+        if f.stem == FILE_STEM:
+            keep_own = rest
+        elif n:
+            if rest.height:
+                store.write_table(root, table, rest, name=f.stem)
+            else:
+                f.unlink()
+    return keep_own, dropped
