@@ -1,1 +1,75 @@
-"""CLI for the report area (filled in by its issue)."""
+"""CLI for the report area: `gpuaudit report` and `gpuaudit demo`. Arguments only; the work is in
+gpuaudit.report (imported inside the commands so `gpuaudit --help` stays light)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuaudit.cli import app
+from gpuaudit.cli._common import DataOption, data_path, handle_errors
+
+OutOption = typer.Option(Path("gpuaudit-report"), "--out", "-o", help="Directory to write the report into.")
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="Cost and decision settings (TOML), as for `gpuaudit analyze`.", dir_okay=False
+)
+
+
+@app.command("report")
+@handle_errors
+def report_cmd(
+    data: Path | None = DataOption,
+    config: Path | None = ConfigOption,
+    out: Path = OutOption,
+    format: str = typer.Option("html,md,json", "--format", "-f",
+                               help="Comma-separated formats: html (one self-contained file), md "
+                                    "(Markdown + SVG charts), json (the analyzer's result)."),
+    preset: str | None = typer.Option(
+        None, "--preset", help="Base settings: default, or article (the reference article's cost model)."
+    ),
+    latency_sensitive: bool = typer.Option(
+        False, "--latency-sensitive", help="Workloads need low latency to on-prem systems (decision input)."
+    ),
+    data_residency: bool = typer.Option(
+        False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."
+    ),
+    egress_gb_per_week: float | None = typer.Option(
+        None, "--egress-gb-per-week", help="Data moved out of the cloud per week, GB [default: from config]."
+    ),
+    current: str = typer.Option("on-prem", "--current", help="Where the fleet runs today: on-prem or cloud."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
+) -> None:
+    """Write the audit report (HTML, Markdown, JSON) for a dataset, and print a short summary.
+
+    Run it after a trial period. It analyzes the dataset and explains the verdict (cloud, hybrid or on-prem):
+    believed vs real utilization, where the waste is, when, demand and sizing, costs, sensitivity.
+    """
+    from gpuaudit.report.pipeline import report_dataset
+
+    report_dataset(data_path(data), out, formats=format, config=config, preset=preset, quiet=quiet,
+                   latency_sensitive=latency_sensitive, data_residency=data_residency,
+                   egress_gb_per_week=egress_gb_per_week, current=current)
+
+
+@app.command("demo")
+@handle_errors
+def demo_cmd(
+    scenario: str = typer.Option("mixed", "--scenario", "-s",
+                                 help="Simulated fleet: phantom, idle-cluster, steady-training, bursty-agents, "
+                                      "mixed."),
+    out: Path = OutOption,
+    gpus: int = typer.Option(64, "--gpus", min=1, help="GPUs in the simulated fleet."),
+    days: float = typer.Option(90, "--days", min=0.01, help="Length of the simulated trial, in days."),
+    interval: float = typer.Option(60, "--interval", min=1, help="Sampling interval, in seconds."),
+    seed: int = typer.Option(1, "--seed", help="Random seed of the simulation."),
+    format: str = typer.Option("html,md,json", "--format", "-f", help="Report formats, as for `report`."),
+) -> None:
+    """Simulate a 90-day trial on a fleet, analyze it and write the report: the first thing to run.
+
+    The simulated dataset goes to OUT/data (query it with `gpuaudit sql --data OUT/data ...`).
+    The report goes to OUT/report.html, OUT/report.md and OUT/report.json.
+    """
+    from gpuaudit.report.pipeline import run_demo
+
+    run_demo(out, scenario=scenario, gpus=gpus, days=days, interval_s=interval, seed=seed, formats=format)

@@ -1,0 +1,253 @@
+"""The analyzer's settings: decision thresholds and the cost model, as typed dataclasses read from TOML.
+
+Defaults live in presets/default.toml (each with its source in a comment); presets/article.toml
+overrides them to reproduce the reference article. A user file (`--config FILE`) overrides either; it may
+name its base with a top-level `preset = "article"`. Unknown keys, wrong types and out-of-range values
+are a GpuauditError naming the key, e.g.
+`config error: cloud.spot_multiplier must be a number >= 0, got "abc"`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from gpuaudit.errors import GpuauditError
+
+PRESETS = ("default", "article")
+
+
+def _num(lo: float | None = 0.0, hi: float | None = None, *, above: bool = False) -> Any:
+    return field(metadata={"min": lo, "max": hi, "above": above})
+
+
+def _choice(*options: str) -> Any:
+    return field(metadata={"choices": options})
+
+
+@dataclass(frozen=True)
+class DecisionConfig:
+    cloud_below: float = _num(0.0, 1.0)
+    on_prem_above: float = _num(0.0, 1.0)
+    provisional_below_days: float = _num()
+    reevaluate_after_months: int = _num(0, 1200)
+    min_trial_hours: float = _num()
+
+
+@dataclass(frozen=True)
+class CloudConfig:
+    instance_usd_per_hour: float = _num()
+    gpus_per_instance: int = _num(1, None)
+    spot_multiplier: float = _num()
+    reserved_multiplier: float = _num()
+    spot_share: float = _num(0.0, 1.0)
+    reserved_share: float = _num(0.0, 1.0)
+    spot_interruptions_per_hour: float = _num()
+    spot_lost_hours_per_interruption: float = _num()
+    egress_usd_per_gb: float = _num()
+    egress_gb_per_week: float = _num()
+    managed_services_usd_per_month: float = _num()
+    managed_services_usd_once: float = _num()
+    right_size_target_efficiency: float = _num(0.0, 1.0, above=True)
+
+
+@dataclass(frozen=True)
+class OnPremConfig:
+    hardware_usd_per_gpu: float = _num()
+    amortization_years: float = _num(0.0, None, above=True)
+    networking_usd: float = _num()
+    networking_usd_per_gpu: float = _num()
+    staff_usd_per_month: float = _num()
+    maintenance_fraction_per_year: float = _num()
+    power_usd_per_kwh: float = _num()
+    pue: float = _num(1.0, None)
+    power_source: str = _choice("measured", "configured")
+    fallback_watts_per_gpu: float = _num()
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    horizon_months: int = _num(1, 1200)
+    bootstrap_resamples: int = _num(0, 1_000_000)
+    bootstrap_seed: int = _num(0, None)
+    confidence_level: float = _num(0.0, 1.0, above=True)
+    sensitivity_fraction: float = _num(0.0, 0.99)
+    growth_rates: tuple[float, ...] = _num(-0.99, 100.0)
+    hybrid_demand: str = _choice("held", "real")
+    stopped_reporting_after_hours: float = _num()
+
+
+@dataclass(frozen=True)
+class Config:
+    """All settings. `preset` names the base the values started from; `sources` maps each dotted key to
+    where its value came from (preset file or user file) for the result's assumptions list."""
+
+    decision: DecisionConfig
+    cloud: CloudConfig
+    on_prem: OnPremConfig
+    analysis: AnalysisConfig
+    preset: str = "default"
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def replace(self, section: str, **values: Any) -> Config:
+        """A copy with some values of one section changed (used by the sensitivity analysis)."""
+        new = dataclasses.replace(getattr(self, section), **values)
+        return dataclasses.replace(self, **{section: new})
+
+
+SECTIONS: dict[str, type] = {
+    "decision": DecisionConfig,
+    "cloud": CloudConfig,
+    "on_prem": OnPremConfig,
+    "analysis": AnalysisConfig,
+}
+
+
+def _preset_text(name: str) -> str:
+    if name not in PRESETS:
+        raise GpuauditError(f"config error: preset must be one of {', '.join(PRESETS)}, got {json.dumps(name)}")
+    return (files("gpuaudit.analysis") / "presets" / f"{name}.toml").read_text(encoding="utf-8")
+
+
+def _parse(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise GpuauditError(f"config error: {where} is not valid TOML: {e}") from e
+
+
+def preset_comments(name: str) -> dict[str, str]:
+    """Each key's source comment from a preset file (the comment block above it, or on its line)."""
+    out: dict[str, str] = {}
+    section = ""
+    pending: list[str] = []
+    after_key = False  # a comment after a key starts a new block; keys right below a block share it
+    for raw in _preset_text(name).splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section, pending, after_key = line[1:-1], [], False
+        elif line.startswith("#"):
+            if after_key:
+                pending, after_key = [], False
+            pending.append(line.lstrip("# "))
+        elif "=" in line:
+            key, _, rest = line.partition("=")
+            inline = rest.split("#", 1)[1].strip() if "#" in rest else ""
+            out[f"{section}.{key.strip()}"] = inline or " ".join(pending)
+            after_key = True
+        else:
+            pending, after_key = [], False
+    return out
+
+
+def load_config(path: Path | str | None = None, preset: str | None = None) -> Config:
+    """Defaults, then the preset (`preset` argument, else the file's top-level `preset`), then the file."""
+    user: dict[str, Any] = {}
+    where = "defaults"
+    if path is not None:
+        p = Path(path)
+        where = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise GpuauditError(f"config error: cannot read {p}: {e.strerror or e}") from e
+        user = _parse(text, where)
+    file_preset = user.pop("preset", None)
+    if file_preset is not None and not isinstance(file_preset, str):
+        raise GpuauditError(f"config error: preset must be a string, got {_show(file_preset)}")
+    name = preset or file_preset or "default"
+    merged: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    sources: dict[str, str] = {}
+    layers = [("default", _parse(_preset_text("default"), "default preset"))]
+    if name != "default":
+        layers.append((name, _parse(_preset_text(name), f"{name} preset")))
+    if user:
+        layers.append((where, user))
+    for label, layer in layers:
+        for section, values in layer.items():
+            if section not in SECTIONS:
+                raise GpuauditError(
+                    f"config error: unknown section [{section}] in {label}; known: {', '.join(SECTIONS)}"
+                )
+            if not isinstance(values, dict):
+                raise GpuauditError(f"config error: {section} must be a table ([{section}]), got {_show(values)}")
+            known = {f.name for f in dataclasses.fields(SECTIONS[section])}
+            for key, value in values.items():
+                if key not in known:
+                    raise GpuauditError(
+                        f"config error: unknown key {section}.{key} in {label}; known: {', '.join(sorted(known))}"
+                    )
+                merged[section][key] = value
+                sources[f"{section}.{key}"] = label
+    built = {s: _build(SECTIONS[s], s, merged[s]) for s in SECTIONS}
+    cfg = Config(**built, preset=name, sources=sources)
+    check(cfg)
+    return cfg
+
+
+def _show(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return repr(value)
+
+
+def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
+    hints = get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = f"{section}.{f.name}"
+        if f.name not in values:
+            raise GpuauditError(f"config error: {key} is missing")
+        kwargs[f.name] = _coerce(key, hints[f.name], values[f.name], f.metadata)
+    return cls(**kwargs)
+
+
+def _coerce(key: str, hint: Any, value: Any, meta: Any) -> Any:
+    if hint is str:
+        choices = meta.get("choices", ())
+        if not isinstance(value, str) or (choices and value not in choices):
+            raise GpuauditError(f"config error: {key} must be one of {', '.join(choices)}, got {_show(value)}")
+        return value
+    if hint == tuple[float, ...]:
+        if not isinstance(value, list):
+            raise GpuauditError(f"config error: {key} must be a list of numbers, got {_show(value)}")
+        return tuple(_number(key, float, v, meta) for v in value)
+    return _number(key, hint, value, meta)
+
+
+def _number(key: str, hint: Any, value: Any, meta: Any) -> float | int:
+    lo, hi, above = meta.get("min"), meta.get("max"), meta.get("above", False)
+    kind = "an integer" if hint is int else "a number"
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if above else '>='} {lo:g}")
+    if hi is not None:
+        bounds.append(f"<= {hi:g}")
+    expect = f"{key} must be {kind}" + (f" {' and '.join(bounds)}" if bounds else "")
+    ok_type = isinstance(value, int) if hint is int else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
+        raise GpuauditError(f"config error: {expect}, got {_show(value)}")
+    if (lo is not None and (value < lo or (above and value == lo))) or (hi is not None and value > hi):
+        raise GpuauditError(f"config error: {expect}, got {_show(value)}")
+    return int(value) if hint is int else float(value)
+
+
+def check(cfg: Config) -> None:
+    """Rules that span keys."""
+    if cfg.cloud.spot_share + cfg.cloud.reserved_share > 1.0 + 1e-9:
+        raise GpuauditError(
+            "config error: cloud.spot_share + cloud.reserved_share must be <= 1 (the rest is on-demand), "
+            f"got {cfg.cloud.spot_share:g} + {cfg.cloud.reserved_share:g}"
+        )
+    if cfg.decision.cloud_below > cfg.decision.on_prem_above:
+        raise GpuauditError(
+            "config error: decision.cloud_below must be <= decision.on_prem_above, "
+            f"got {cfg.decision.cloud_below:g} > {cfg.decision.on_prem_above:g}"
+        )

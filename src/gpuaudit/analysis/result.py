@@ -1,0 +1,425 @@
+"""The analyzer's typed result: everything the report shows, and where each number comes from.
+
+Every figure is a `Figure` carrying its value, unit, formula and source (the rows and rollup it was
+computed from), so any number in a report can be traced back. Breakdowns are `Table`s (columns with
+units, plain records). `AnalysisResult.to_dict()` gives the stable JSON that `gpuaudit analyze --json`
+prints; keys only ever get added (bump RESULT_VERSION when a meaning changes).
+
+Conventions: fractions 0-1 (never percent), GPU-hours weighted by `gpu_fraction` (a MIG slice counts
+as its share of a GPU), money in USD, timestamps ISO 8601 UTC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+RESULT_VERSION = 1
+
+
+class Branch(enum.StrEnum):
+    """Where the decision tree lands."""
+
+    CLOUD = "cloud"
+    HYBRID = "hybrid"
+    ON_PREM = "on-prem"
+
+
+class Deployment(enum.StrEnum):
+    """Where the fleet runs today (`--current`)."""
+
+    ON_PREM = "on-prem"
+    CLOUD = "cloud"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One traceable number.
+
+    value: the number (None when it cannot be computed, e.g. no power was measured).
+    unit: "fraction" (0-1), "GPU-h", "GPUs", "USD", "USD/GPU-h", "W", "days", "hours", "count".
+    formula: how it is computed from other named figures, e.g. "S / W".
+    source: which rows/rollup it comes from, e.g. "gpu_samples: Σ interval_s × gpu_fraction × sm_active".
+    definition: one sentence for a reader who has never seen the product.
+    upper_bound: True when the value is only an upper bound (SM activity fell back to duty cycle).
+    """
+
+    value: float | None
+    unit: str
+    formula: str
+    source: str
+    definition: str = ""
+    upper_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A small breakdown table. `rows` are records keyed by column name (plain Python values)."""
+
+    name: str
+    description: str
+    columns: tuple[Column, ...]
+    rows: tuple[dict[str, Any], ...]
+    source: str = ""
+
+    def to_polars(self) -> Any:
+        """The table as a polars DataFrame (imported lazily: the result module stays cheap)."""
+        import polars as pl
+
+        if not self.rows:
+            return pl.DataFrame({c.name: [] for c in self.columns})
+        return pl.DataFrame(list(self.rows), infer_schema_length=None)
+
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The observation window.
+
+    start/end: first interval start and last interval end seen in gpu_samples (UTC).
+    days: (end - start) in days. observed_days: distinct UTC dates with at least one sample.
+    provisional: True when days < the configured minimum (default 90): the decision is provisional.
+    reevaluate_on: date to redo the audit (end + configured months, default 6).
+    gpus: physical GPUs seen (distinct gpu_uuid); gpu_equivalents: Σ of max gpu_fraction per GPU/slice.
+    hosts, sources: distinct hosts and `source` values (which path measured SM activity).
+    """
+
+    start: dt.datetime
+    end: dt.datetime
+    days: float
+    observed_days: int
+    provisional: bool
+    reevaluate_on: dt.date
+    gpus: int
+    gpu_equivalents: float
+    hosts: int
+    sources: tuple[str, ...]
+    samples: int
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Utilization, defined once.
+
+    W observed GPU-hours: time covered by samples (Σ interval_s × gpu_fraction / 3600).
+    R runtime GPU-hours: part of W with at least one process on the GPU.
+    B busy GPU-hours: Σ duty_cycle × interval_s × gpu_fraction (nvidia-smi's utilization.gpu × time).
+    S real GPU-hours: Σ sm_active × interval_s × gpu_fraction; where only duty cycle exists S uses B's
+      value for those rows and is flagged as an upper bound (`real_is_upper_bound`, `upper_bound_share`).
+    runtime_utilization R/W, real_utilization S/W, efficiency_while_held S/R, phantom_gap R/W - S/W.
+    idle_held_gpu_hours: held by a process while SM activity < 1 % (fixed in sql/analysis_rollup.sql).
+    never_used_gpus: GPUs (or MIG slices) with R = 0 over the whole trial.
+    """
+
+    observed_gpu_hours: Figure
+    runtime_gpu_hours: Figure
+    busy_gpu_hours: Figure
+    real_gpu_hours: Figure
+    runtime_utilization: Figure
+    real_utilization: Figure
+    busy_utilization: Figure
+    efficiency_while_held: Figure
+    phantom_gap: Figure
+    idle_held_gpu_hours: Figure
+    never_used_count: Figure
+    never_used_gpus: tuple[str, ...]
+    real_is_upper_bound: bool
+    upper_bound_share: Figure
+    average_power_w: Figure
+    energy_kwh: Figure
+
+
+@dataclass(frozen=True)
+class Breakdowns:
+    """Breakdown tables (see each Table's columns for units).
+
+    per_node, per_gpu, per_user, per_job, per_pod: W/R/S GPU-hours and their ratios per entity.
+    hour_of_week: 7 × 24 cells (day_of_week 0=Monday, hour_of_day 0-23 UTC) of utilization.
+    per_week: ISO week trend. demand: the fleet demand series (GPUs held and SM-weighted GPUs in use
+    per bucket), the input of hybrid sizing.
+    """
+
+    per_node: Table
+    per_gpu: Table
+    per_user: Table
+    per_job: Table
+    per_pod: Table
+    hour_of_week: Table
+    per_week: Table
+    demand: Table
+
+
+@dataclass(frozen=True)
+class DataQuality:
+    """How much to trust the data.
+
+    coverage: observed GPU-hours ÷ (GPUs × trial hours): 1 means every GPU reported all the time.
+    gpus: per-GPU coverage, gap hours, first/last sample, stopped_reporting flag.
+    gap_hours: Σ over GPUs of hours inside the trial window without a sample from that GPU.
+    stopped_reporting: GPUs whose last sample is more than the stop threshold before the trial end.
+    unmeasured_share: share of observed time with neither SM activity nor duty cycle (counted as 0).
+    """
+
+    coverage: Figure
+    gap_hours: Figure
+    trial_days: Figure
+    stopped_reporting: tuple[str, ...]
+    unmeasured_share: Figure
+    gpus: Table
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One evaluated condition of a rule: `fact op threshold` → holds."""
+
+    fact: str
+    op: str
+    threshold: float | bool | str
+    actual: float | bool | str
+    holds: bool
+
+
+@dataclass(frozen=True)
+class RuleFired:
+    id: str
+    branch: Branch
+    description: str
+    conditions: tuple[Condition, ...]
+
+
+@dataclass(frozen=True)
+class DecisionInputs:
+    real_utilization: float
+    latency_sensitive: bool
+    data_residency: bool
+    egress_gb_per_week: float
+    current: Deployment
+    cloud_below: float
+    on_prem_above: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The decision tree's verdict.
+
+    branch: cloud / hybrid / on-prem. rule: the first rule (in order) whose conditions all held, with
+    each condition evaluated on the figures. caveats: e.g. "check egress first". provisional: trial
+    shorter than the configured minimum. cheapest_scenario: the cost model's cheapest scenario, and
+    agrees_with_costs whether it matches the branch (the tree and the cost model are independent).
+    headline: one sentence for the report.
+    """
+
+    branch: Branch
+    rule: RuleFired
+    inputs: DecisionInputs
+    caveats: tuple[str, ...]
+    provisional: bool
+    reevaluate_on: dt.date
+    cheapest_scenario: str
+    agrees_with_costs: bool
+    headline: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One way to run the measured demand over the horizon.
+
+    id: stay-as-is, all-cloud, all-cloud-right-sized, all-on-prem, hybrid.
+    cloud_gpu_hours: GPU-hours bought from the cloud over the horizon. owned_gpus: GPUs owned.
+    total: total cost over the horizon (USD). components: named cost parts (USD) summing to total.
+    """
+
+    id: str
+    label: str
+    description: str
+    cloud_gpu_hours: float
+    owned_gpus: int
+    total: Figure
+    components: dict[str, float]
+    monthly_usd: float
+
+
+@dataclass(frozen=True)
+class Costs:
+    """The cost model over `horizon_months`.
+
+    cloud_usd_per_gpu_hour: list $/instance-hour ÷ GPUs per instance.
+    cloud_effective_usd_per_gpu_hour: after the spot/reserved/on-demand mix and spot interruption overhead.
+    owned_usd_per_gpu_hour: marginal owned cost of one GPU per wall-clock hour (amortized hardware,
+      maintenance, power at measured watts × PUE); fixed costs (staff, networking) are separate.
+    power_w_per_gpu / power_source: watts used for on-prem power, "measured" or "configured".
+    scale: horizon hours ÷ trial hours (how trial GPU-hours are extrapolated).
+    """
+
+    horizon_months: int
+    cloud_usd_per_gpu_hour: Figure
+    cloud_effective_usd_per_gpu_hour: Figure
+    owned_usd_per_gpu_hour: Figure
+    power_w_per_gpu: Figure
+    power_source: str
+    scale: float
+    scenarios: tuple[Scenario, ...]
+    cheapest: str
+    preset: str
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """The real utilization at which renting costs the same as owning today's fleet.
+
+    real_utilization: u* = (on-prem cost of the fleet over the horizon − cloud fixed costs) ÷
+      (fleet GPUs × horizon hours × cloud effective $/GPU-h). None when there is nothing to compare.
+    never: True when u* > 1 (renting is cheaper even at 100 % utilization).
+    measured_real / measured_runtime: the trial's S/W and R/W for comparison.
+    verdict: "cloud" when the measured real utilization is below u*, else "on-prem".
+    """
+
+    real_utilization: Figure
+    never: bool
+    measured_real: float
+    measured_runtime: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class HybridSizing:
+    """How many GPUs to own when bursting the rest to the cloud.
+
+    n_star: owned GPU count minimizing owned cost(N) + cloud cost of demand above N over the measured
+      demand series (GPUs held per bucket). critical_fractile_n: the largest N whose demand is ≥ N at
+      least 1/U of the time, U = cloud ÷ owned cost per GPU-hour; agrees: the two differ by ≤ 1.
+    peak_demand / mean_demand: of the GPUs-held series. curve: total cost per candidate N.
+    """
+
+    n_star: int
+    critical_fractile_n: int
+    cost_ratio_u: Figure
+    fractile: Figure
+    agrees: bool
+    peak_demand: Figure
+    mean_demand: Figure
+    demand_basis: str
+    bucket_s: float
+    curve: Table
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """How the answer moves.
+
+    tornado: each price at -x % and +x % (x = 30 by default): cheapest scenario, break-even real
+      utilization, and the all-cloud minus all-on-prem cost difference at each end; sorted by swing.
+    growth: demand growth per year → scenario costs, cheapest scenario, hybrid N*.
+    """
+
+    fraction: float
+    tornado: Table
+    growth: Table
+
+
+@dataclass(frozen=True)
+class Interval:
+    point: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """Block bootstrap over whole UTC days (days resampled with replacement, seeded).
+
+    real_utilization / runtime_utilization: point estimate and `level` interval (default 90 %).
+    flip_share: share of resamples in which the decision tree would land on another branch.
+    branches: share of resamples per branch.
+    """
+
+    method: str
+    resamples: int
+    seed: int
+    level: float
+    days: int
+    real_utilization: Interval
+    runtime_utilization: Interval
+    flip_share: float
+    branches: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One input of the cost model or the decision, with where its default comes from."""
+
+    key: str
+    value: Any
+    unit: str
+    source: str
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """Everything `gpuaudit analyze` knows. `to_dict()` is the documented JSON (docs/analyzer.md)."""
+
+    result_version: int
+    dataset_schema_version: int
+    generated_at: dt.datetime
+    data_root: str
+    trial: Trial
+    utilization: Utilization
+    breakdowns: Breakdowns
+    data_quality: DataQuality
+    decision: Decision
+    costs: Costs
+    break_even: BreakEven
+    hybrid: HybridSizing
+    sensitivity: Sensitivity
+    confidence: Confidence
+    assumptions: tuple[Assumption, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(self)
+
+
+def _plain(obj: Any) -> Any:
+    """Plain JSON-able values with stable keys: dataclasses → dicts (field order), enums → values,
+    datetimes → ISO 8601, non-finite floats → None, tuples → lists."""
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if isinstance(obj, Table):
+            return {
+                "name": obj.name,
+                "description": obj.description,
+                "source": obj.source,
+                "columns": [_plain(c) for c in obj.columns],
+                "rows": [{k: _plain(v) for k, v in r.items()} for r in obj.rows],
+            }
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dt.datetime):
+        if obj.tzinfo is None:
+            obj = obj.replace(tzinfo=dt.UTC)
+        return obj.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(obj, dt.date):
+        return obj.isoformat()
+    if isinstance(obj, float):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _plain(obj.item())
+    return obj

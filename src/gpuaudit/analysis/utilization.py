@@ -1,0 +1,474 @@
+"""Stage 2: utilization figures, breakdowns and data quality from the rollups (pure functions)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.result import (
+    Breakdowns,
+    Column,
+    DataQuality,
+    Figure,
+    Table,
+    Trial,
+    Utilization,
+)
+from gpuaudit.analysis.rollup import DEMAND_BUCKET_S, Rollups
+from gpuaudit.errors import NoDataError
+
+H = 3600.0
+SRC_SAMPLES = "gpu_samples via sql/analysis_rollup.sql"
+SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
+
+# Shared column definitions of the W/R/S tables.
+_WRS = (
+    Column("observed_gpu_hours", "GPU-h", "W: time covered by samples"),
+    Column("runtime_gpu_hours", "GPU-h", "R: time with at least one process"),
+    Column("real_gpu_hours", "GPU-h", "S: SM activity × time"),
+    Column("runtime_utilization", "fraction", "R / W"),
+    Column("real_utilization", "fraction", "S / W"),
+    Column("efficiency_while_held", "fraction", "S / R"),
+    Column("idle_held_gpu_hours", "GPU-h", "held by a process while SM activity < 1 %"),
+)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Trial totals in GPU-hours (W, R, B, S) plus what the cost model needs."""
+
+    w: float
+    r: float
+    b: float
+    s: float
+    s_held: float
+    idle_held: float
+    fallback: float
+    unmeasured: float
+    energy_j: float
+    energy_s: float
+    trial_hours: float
+    gpu_equivalents: float
+
+    @property
+    def real_utilization(self) -> float:
+        return self.s / self.w
+
+    @property
+    def runtime_utilization(self) -> float:
+        return self.r / self.w
+
+    @property
+    def average_power_w(self) -> float | None:
+        """Measured average board power per GPU (None when no power was measured)."""
+        return self.energy_j / self.energy_s if self.energy_s > 0 else None
+
+
+def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    return pl.when(b > 0).then(a / b).otherwise(None)
+
+
+def _gpu_label() -> pl.Expr:
+    return (
+        pl.when(pl.col("mig_instance") >= 0)
+        .then(pl.col("gpu_uuid") + pl.lit("/mig") + pl.col("mig_instance").cast(pl.String))
+        .otherwise(pl.col("gpu_uuid"))
+        .alias("gpu")
+    )
+
+
+def _wrs_aggs() -> list[pl.Expr]:
+    return [
+        (pl.col("observed_s").sum() / H).alias("observed_gpu_hours"),
+        (pl.col("held_s").sum() / H).alias("runtime_gpu_hours"),
+        (pl.col("real_s").sum() / H).alias("real_gpu_hours"),
+        (pl.col("idle_held_s").sum() / H).alias("idle_held_gpu_hours"),
+    ]
+
+
+def _wrs_ratios(df: pl.DataFrame) -> pl.DataFrame:
+    w, r, s = pl.col("observed_gpu_hours"), pl.col("runtime_gpu_hours"), pl.col("real_gpu_hours")
+    return df.with_columns(
+        _ratio(r, w).alias("runtime_utilization"),
+        _ratio(s, w).alias("real_utilization"),
+        _ratio(s, r).alias("efficiency_while_held"),
+    )
+
+
+def table(name: str, description: str, df: pl.DataFrame, columns: tuple[Column, ...], source: str) -> Table:
+    names = [c.name for c in columns]
+    rows = tuple(df.select(names).to_dicts()) if df.height else ()
+    return Table(name=name, description=description, columns=columns, rows=rows, source=source)
+
+
+def check_enough(roll: Rollups, cfg: Config, root: str) -> None:
+    g = roll.gpu_hours
+    if g.height == 0 or float(g["observed_s"].sum() or 0) <= 0:
+        raise NoDataError(
+            f"no GPU samples in {root}: record some first (`gpuaudit agent run`, `gpuaudit import prometheus` "
+            "or `gpuaudit simulate`)"
+        )
+    span_h = (float(g["last_s"].max()) - float(g["first_s"].min())) / H
+    if span_h < cfg.decision.min_trial_hours:
+        raise NoDataError(
+            f"the trial in {root} covers only {span_h * 60:.0f} minutes; at least "
+            f"{cfg.decision.min_trial_hours:g} h of samples are needed (decision.min_trial_hours), and 90 days "
+            "for a firm decision"
+        )
+
+
+def totals(roll: Rollups) -> Totals:
+    g = roll.gpu_hours
+    sums = g.select(
+        pl.col("observed_s", "held_s", "busy_s", "real_s", "real_held_s", "idle_held_s", "fallback_s",
+               "unmeasured_s", "energy_j", "energy_s").sum()
+    ).row(0, named=True)
+    per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
+    span_s = float(g["last_s"].max()) - float(g["first_s"].min())
+    return Totals(
+        w=sums["observed_s"] / H, r=sums["held_s"] / H, b=(sums["busy_s"] or 0) / H, s=(sums["real_s"] or 0) / H,
+        s_held=(sums["real_held_s"] or 0) / H, idle_held=sums["idle_held_s"] / H, fallback=sums["fallback_s"] / H,
+        unmeasured=sums["unmeasured_s"] / H, energy_j=sums["energy_j"] or 0.0, energy_s=sums["energy_s"] or 0.0,
+        trial_hours=span_s / H, gpu_equivalents=float(per_gpu["gpu_fraction"].sum()),
+    )
+
+
+def _ts(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+
+
+def add_months(day: dt.date, months: int) -> dt.date:
+    y, m = divmod(day.month - 1 + months, 12)
+    year, month = day.year + y, m + 1
+    for d in (day.day, 30, 29, 28):
+        try:
+            return dt.date(year, month, d)
+        except ValueError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
+    g = roll.gpu_hours
+    start, end = _ts(float(g["first_s"].min())), _ts(float(g["last_s"].max()))
+    days = (end - start).total_seconds() / 86400
+    sources = sorted(set(g["source_min"].drop_nulls().to_list()) | set(g["source_max"].drop_nulls().to_list()))
+    observed_days = g.select((pl.col("hour_s") // 86400).n_unique()).item()
+    return Trial(
+        start=start, end=end, days=days, observed_days=int(observed_days),
+        provisional=days < cfg.decision.provisional_below_days,
+        reevaluate_on=add_months(end.date(), cfg.decision.reevaluate_after_months),
+        gpus=int(g["gpu_uuid"].n_unique()), gpu_equivalents=t.gpu_equivalents, hosts=int(g["host"].n_unique()),
+        sources=tuple(sources), samples=int(g["samples"].sum()),
+    )
+
+
+def never_used(roll: Rollups) -> list[str]:
+    per = (
+        roll.gpu_hours.group_by("gpu_uuid", "mig_instance").agg(pl.col("held_s").sum())
+        .filter(pl.col("held_s") <= 0).with_columns(_gpu_label()).sort("gpu")
+    )
+    return per["gpu"].to_list()
+
+
+def utilization(roll: Rollups, t: Totals) -> Utilization:
+    upper = t.fallback > 0
+    ub = " (upper bound: duty cycle stands in where SM activity was not measured)" if upper else ""
+    never = never_used(roll)
+    src = SRC_SAMPLES
+
+    def fig(value: float | None, unit: str, formula: str, source: str, definition: str, up: bool = False) -> Figure:
+        return Figure(value, unit, formula, source, definition, up)
+
+    return Utilization(
+        observed_gpu_hours=fig(t.w, "GPU-h", "W = Σ interval_s × gpu_fraction / 3600", src,
+                               "Observed GPU-hours: GPU time covered by samples."),
+        runtime_gpu_hours=fig(t.r, "GPU-h", "R = Σ interval_s × gpu_fraction / 3600 where n_processes ≥ 1", src,
+                              "Runtime GPU-hours: time at least one process held the GPU (what runtime-hour "
+                              "accounting counts)."),
+        busy_gpu_hours=fig(t.b, "GPU-h", "B = Σ duty_cycle × interval_s × gpu_fraction / 3600", src,
+                           "Busy GPU-hours: time any kernel was running (nvidia-smi utilization.gpu)."),
+        real_gpu_hours=fig(t.s, "GPU-h", "S = Σ sm_active × interval_s × gpu_fraction / 3600", src,
+                           "Real GPU-hours: SM activity × time, the compute actually used" + ub, upper),
+        runtime_utilization=fig(t.r / t.w, "fraction", "R / W", src,
+                                "Runtime-hour utilization: share of GPU time a process held the GPU."),
+        real_utilization=fig(t.s / t.w, "fraction", "S / W", src,
+                             "Real utilization: share of GPU capacity the SMs were actually active" + ub, upper),
+        busy_utilization=fig(t.b / t.w, "fraction", "B / W", src,
+                             "Busy utilization: share of time a kernel was running (duty cycle)."),
+        efficiency_while_held=fig(t.s / t.r if t.r > 0 else None, "fraction", "S / R", src,
+                                  "Efficiency while held: SM activity per runtime GPU-hour.", upper),
+        phantom_gap=fig(t.r / t.w - t.s / t.w, "fraction", "R / W − S / W", src,
+                        "Phantom gap: utilization that runtime-hour accounting reports but the SMs never did.",
+                        upper),
+        idle_held_gpu_hours=fig(t.idle_held, "GPU-h",
+                                "Σ interval_s × gpu_fraction / 3600 where n_processes ≥ 1 and sm_active < 0.01",
+                                src, "Idle-held GPU-hours: a process held the GPU while its SMs were idle."),
+        never_used_count=fig(float(len(never)), "GPUs", "count of GPUs (MIG slices) with R = 0", src,
+                             "GPUs that no process used during the whole trial."),
+        never_used_gpus=tuple(never),
+        real_is_upper_bound=upper,
+        upper_bound_share=fig(t.fallback / t.w, "fraction", "duty-cycle-only GPU-hours / W", src,
+                              "Share of observed time where SM activity was not measured (sources nvml, "
+                              "prometheus-dcgm-util) and duty cycle stands in for it."),
+        average_power_w=fig(t.average_power_w, "W", "Σ energy_j × gpu_fraction / Σ interval_s × gpu_fraction "
+                            "(rows with power)", src, "Measured average board power per GPU."),
+        energy_kwh=fig(t.energy_j / 3.6e6, "kWh", "Σ energy_j × gpu_fraction / 3.6e6", src,
+                       "Energy the GPUs used during the trial (board power, before PUE)."),
+    )
+
+
+def _holder_hours(roll: Rollups) -> pl.DataFrame:
+    """Held and real GPU-seconds per (user, job, pod) per GPU-hour: each holder gets a share of the
+    GPU-hour's held time (and of the SM activity while held) proportional to its process rows in that
+    hour; held time with no process rows is attributed to '(unattributed)'."""
+    keys = ["gpu_uuid", "mig_instance", "hour_s"]
+    g = roll.gpu_hours.select(*keys, "host", "held_s", "real_held_s", "idle_held_s")
+    h = roll.holders
+    if h.height:
+        h = h.with_columns((pl.col("process_samples") / pl.col("process_samples").sum().over(keys)).alias("frac"))
+        joined = h.select(*keys, "user", "job_id", "k8s_namespace", "k8s_pod", "frac").join(g, on=keys, how="inner")
+        attributed = joined.select(
+            "host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod",
+            (pl.col("frac") * pl.col("held_s")).alias("held_s"),
+            (pl.col("frac") * pl.col("real_held_s")).alias("real_s"),
+            (pl.col("frac") * pl.col("idle_held_s")).alias("idle_held_s"),
+        )
+        seen = h.select(keys).unique()
+        orphan = g.join(seen, on=keys, how="anti")
+    else:
+        attributed = None
+        orphan = g
+    orphan = orphan.filter(pl.col("held_s") > 0).select(
+        "host", "gpu_uuid", "mig_instance", "hour_s",
+        pl.lit("(unattributed)").alias("user"), pl.lit("").alias("job_id"), pl.lit("").alias("k8s_namespace"),
+        pl.lit("").alias("k8s_pod"), "held_s", pl.col("real_held_s").alias("real_s"), "idle_held_s",
+    )
+    parts = [orphan] if attributed is None else [attributed.cast(orphan.schema), orphan]
+    return pl.concat(parts)
+
+
+def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, description: str) -> Table:
+    df = hh.filter(pl.all_horizontal(pl.col(k) != "" for k in key))
+    if len(key) > 1:
+        df = df.with_columns(pl.concat_str([pl.col(k) for k in key], separator="/").alias(label))
+    elif key[0] != label:
+        df = df.rename({key[0]: label})
+    agg = (
+        df.group_by(label)
+        .agg(
+            (pl.col("held_s").sum() / H).alias("runtime_gpu_hours"),
+            (pl.col("real_s").sum() / H).alias("real_gpu_hours"),
+            (pl.col("idle_held_s").sum() / H).alias("idle_held_gpu_hours"),
+            pl.concat_str("gpu_uuid", "mig_instance", separator="#").n_unique().alias("gpus"),
+            pl.col("hour_s").min().alias("first_s"),
+            (pl.col("hour_s").max() + H).alias("last_s"),
+        )
+        .with_columns(
+            _ratio(pl.col("real_gpu_hours"), pl.col("runtime_gpu_hours")).alias("efficiency_while_held"),
+            pl.from_epoch(pl.col("first_s"), "s").dt.replace_time_zone("UTC").alias("first_hour"),
+            pl.from_epoch(pl.col("last_s"), "s").dt.replace_time_zone("UTC").alias("last_hour"),
+        )
+        .sort("runtime_gpu_hours", label, descending=[True, False])
+    )
+    cols = (
+        Column(label, "", f"{label} (from gpu_processes)"),
+        Column("runtime_gpu_hours", "GPU-h", "share of R this holder held"),
+        Column("real_gpu_hours", "GPU-h", "share of S while held"),
+        Column("efficiency_while_held", "fraction", "S / R"),
+        Column("idle_held_gpu_hours", "GPU-h", "held while SM activity < 1 %"),
+        Column("gpus", "count", "GPUs (MIG slices) used"),
+        Column("first_hour", "UTC", "first hour seen"),
+        Column("last_hour", "UTC", "end of the last hour seen"),
+    )
+    return table(name, description, agg, cols, SRC_HOLDERS)
+
+
+def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) -> Breakdowns:
+    g = roll.gpu_hours
+    node = _wrs_ratios(
+        g.group_by("host").agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus")).sort("host")
+    )
+    per_node = table("per_node", "Utilization per node.", node,
+                     (Column("host", "", "node"), Column("gpus", "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
+
+    gpu = _wrs_ratios(
+        g.group_by("host", "gpu_uuid", "mig_instance")
+        .agg(
+            *_wrs_aggs(),
+            pl.col("gpu_name").drop_nulls().first(),
+            pl.col("gpu_fraction").max(),
+            (pl.col("fallback_s").sum() > 0).alias("upper_bound"),
+            pl.col("max_mem_used_bytes").max(),
+            pl.col("mem_total_bytes").max(),
+            _ratio(pl.col("energy_j").sum(), pl.col("energy_s").sum()).alias("average_power_w"),
+        )
+        .with_columns(_gpu_label(), (pl.col("runtime_gpu_hours") <= 0).alias("never_used"))
+        .sort("host", "gpu")
+    )
+    per_gpu = table(
+        "per_gpu", "Utilization per GPU (MIG slices separately).", gpu,
+        (Column("host", "", "node"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
+         Column("gpu_name", "", "product name"), Column("gpu_fraction", "GPUs", "share of a physical GPU"),
+         *_WRS, Column("max_mem_used_bytes", "bytes", "peak framebuffer memory used"),
+         Column("mem_total_bytes", "bytes", "framebuffer memory"),
+         Column("average_power_w", "W", "measured average board power"),
+         Column("upper_bound", "", "SM activity not measured: duty cycle stands in (upper bound)"),
+         Column("never_used", "", "no process during the whole trial")),
+        SRC_SAMPLES,
+    )
+
+    hh = _holder_hours(roll)
+    per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
+    per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
+    per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",
+                            "Held and real GPU-hours per Kubernetes pod (namespace/pod).")
+
+    ts = pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+    how = _wrs_ratios(
+        g.with_columns((ts.dt.weekday() - 1).alias("day_of_week"), ts.dt.hour().alias("hour_of_day"))
+        .group_by("day_of_week", "hour_of_day").agg(*_wrs_aggs()).sort("day_of_week", "hour_of_day")
+    )
+    hour_of_week = table(
+        "hour_of_week", "Utilization by hour of the week (UTC), summed over the trial's weeks.", how,
+        (Column("day_of_week", "", "0 = Monday … 6 = Sunday"), Column("hour_of_day", "", "0-23 UTC"), *_WRS),
+        SRC_SAMPLES,
+    )
+    week = _wrs_ratios(
+        g.with_columns(ts.dt.truncate("1w").dt.date().alias("week_start"))
+        .group_by("week_start")
+        .agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus"))
+        .sort("week_start")
+        .with_columns(pl.col("week_start").cast(pl.String).alias("week"))
+    )
+    per_week = table(
+        "per_week", "Weekly trend (weeks start on Monday, UTC).", week,
+        (Column("week", "", "Monday the week starts on"), Column("gpus", "count", "GPUs reporting"), *_WRS),
+        SRC_SAMPLES,
+    )
+
+    hourly = (
+        demand.with_columns(((pl.col("bucket_s") // H) * H).alias("hour_s"))
+        .group_by("hour_s")
+        .agg(
+            pl.col("gpus_held").mean().alias("gpus_held"),
+            pl.col("gpus_held").max().alias("peak_gpus_held"),
+            pl.col("gpus_in_use").mean().alias("gpus_in_use"),
+            pl.col("gpus_in_use").max().alias("peak_gpus_in_use"),
+            pl.col("gpus_reporting").mean().alias("gpus_reporting"),
+        )
+        .sort("hour_s")
+        .with_columns(pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC").alias("hour"))
+    )
+    demand_table = table(
+        "demand",
+        f"Fleet demand per hour (mean and peak of {bucket_s:g} s buckets): GPUs held by processes and "
+        "SM-weighted GPUs in use.",
+        hourly,
+        (Column("hour", "UTC", "hour start"),
+         Column("gpus_held", "GPUs", "mean GPUs held by at least one process"),
+         Column("peak_gpus_held", "GPUs", "peak bucket of GPUs held"),
+         Column("gpus_in_use", "GPUs", "mean SM-weighted GPUs in use (Σ sm_active × gpu_fraction)"),
+         Column("peak_gpus_in_use", "GPUs", "peak bucket of SM-weighted GPUs in use"),
+         Column("gpus_reporting", "GPUs", "mean GPUs with samples")),
+        SRC_SAMPLES + " (level 'demand')",
+    )
+    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table)
+
+
+def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
+    """The fleet demand series in GPUs per bucket: gpus_held, gpus_in_use (SM-weighted), gpus_reporting.
+
+    Buckets are DEMAND_BUCKET_S long unless samples are longer: then they are merged into buckets of a
+    whole multiple of the longest interval, so every bucket holds one sample per GPU (no false zeros).
+    Buckets with no samples inside the trial count as zero demand (no GPU reported)."""
+    d = roll.demand
+    longest = float(d["max_interval_s"].max() or DEMAND_BUCKET_S)
+    bucket = DEMAND_BUCKET_S * max(1, math.ceil(longest / DEMAND_BUCKET_S - 1e-9))
+    d = d.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by("bucket_s").agg(
+        pl.col("observed_s", "held_s", "real_s").sum()
+    )
+    lo, hi = float(d["bucket_s"].min()), float(d["bucket_s"].max())
+    grid = pl.DataFrame({"bucket_s": [lo + i * bucket for i in range(round((hi - lo) / bucket) + 1)]})
+    d = grid.join(d, on="bucket_s", how="left").fill_null(0.0)
+    return d.select(
+        "bucket_s",
+        (pl.col("held_s") / bucket).alias("gpus_held"),
+        (pl.col("real_s") / bucket).alias("gpus_in_use"),
+        (pl.col("observed_s") / bucket).alias("gpus_reporting"),
+    ).sort("bucket_s"), bucket
+
+
+def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) -> DataQuality:
+    g = roll.gpu_hours
+    start, end = tr.start.timestamp(), tr.end.timestamp()
+    window_hours = math.floor((end - 1e-3) / H) - math.floor(start / H) + 1
+    stop_after = cfg.analysis.stopped_reporting_after_hours * H
+    per = (
+        g.group_by("host", "gpu_uuid", "mig_instance")
+        .agg(
+            (pl.col("observed_s").sum() / pl.col("gpu_fraction").max() / H).alias("observed_hours"),
+            pl.col("hour_s").n_unique().alias("hours_with_samples"),
+            pl.col("first_s").min(),
+            pl.col("last_s").max(),
+        )
+        .with_columns(
+            _gpu_label(),
+            (pl.col("observed_hours") / (t.trial_hours if t.trial_hours > 0 else 1.0)).alias("coverage"),
+            (pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
+            (pl.col("last_s") < end - stop_after).alias("stopped_reporting"),
+            pl.from_epoch(pl.col("first_s"), "s").dt.replace_time_zone("UTC").alias("first_sample"),
+            pl.from_epoch(pl.col("last_s"), "s").dt.replace_time_zone("UTC").alias("last_sample"),
+        )
+        .sort("coverage", "gpu")
+    )
+    stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
+    coverage = t.w / (t.gpu_equivalents * t.trial_hours) if t.trial_hours > 0 else 0.0
+    gap_hours = float(per["gap_hours"].sum())
+    warnings = []
+    if tr.provisional:
+        warnings.append(
+            f"the trial covers {tr.days:.1f} days, less than {cfg.decision.provisional_below_days:g}: the decision "
+            "is provisional"
+        )
+    if upper:
+        warnings.append(
+            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (duty cycle only): real "
+            "utilization is an upper bound"
+        )
+    if stopped:
+        warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
+    if coverage < 0.9:
+        warnings.append(f"coverage is {coverage:.0%}: GPUs were not sampled all the time (gaps)")
+    if t.unmeasured > 0:
+        warnings.append(f"{t.unmeasured / t.w:.1%} of observed time has neither SM activity nor duty cycle "
+                        "(counted as idle)")
+    for f in roll.skipped_files:
+        warnings.append(f"skipped unreadable file {f}")
+    gpus = table(
+        "gpus", "Coverage per GPU.", per,
+        (Column("host"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
+         Column("observed_hours", "hours", "time covered by samples"),
+         Column("coverage", "fraction", "observed hours ÷ trial hours"),
+         Column("gap_hours", "hours", "hours of the trial window without a sample"),
+         Column("first_sample", "UTC"), Column("last_sample", "UTC"),
+         Column("stopped_reporting", "", "last sample more than the threshold before the trial end")),
+        SRC_SAMPLES,
+    )
+    return DataQuality(
+        coverage=Figure(coverage, "fraction", "W ÷ (GPU equivalents × trial hours)", SRC_SAMPLES,
+                        "Share of GPU time covered by samples: 1 means every GPU reported all the time."),
+        gap_hours=Figure(gap_hours, "hours", "Σ over GPUs of trial hours without a sample", SRC_SAMPLES,
+                         "Hours in which a GPU sent no sample."),
+        trial_days=Figure(tr.days, "days", "(last interval end − first interval start) / 86400", SRC_SAMPLES,
+                          "Length of the trial."),
+        stopped_reporting=stopped,
+        unmeasured_share=Figure(t.unmeasured / t.w, "fraction", "GPU-hours with neither sm_active nor "
+                                "duty_cycle / W", SRC_SAMPLES, "Observed time with no activity metric."),
+        gpus=gpus,
+        warnings=tuple(warnings),
+    )

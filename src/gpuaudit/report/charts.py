@@ -1,0 +1,332 @@
+"""Static SVG charts for the report, drawn with matplotlib's SVG backend.
+
+Every function takes plain data (lists, numbers) and returns one standalone SVG document as text. The
+charts sit on an explicit white card with dark ink so they read the same in light and dark mail
+clients and in print. Names in labels are untrusted: mathtext is off (a `$` in a user name must not
+become a formula) and the SVG writer escapes markup.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+
+INK = "#1f2933"
+GRID = "#d9dee4"
+BELIEVED = "#9aa5b1"  # runtime-hour figures: what people believe
+REAL = "#1d5fa8"  # SM-active figures: what the GPUs did
+WASTE = "#c2410c"
+CLOUD = "#7c3aed"
+ONPREM = "#0f766e"
+TODAY = "#b91c1c"
+
+_STYLE = {
+    "svg.fonttype": "none",  # real <text>: selectable, searchable, small
+    "svg.hashsalt": "gpuaudit",  # deterministic ids, so the same data gives the same file
+    "text.parse_math": False,
+    "text.usetex": False,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # ships with matplotlib: same metrics everywhere
+    "font.size": 9,
+    "axes.edgecolor": GRID,
+    "axes.labelcolor": INK,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.titlecolor": INK,
+    "axes.titlelocation": "left",
+    "xtick.color": INK,
+    "ytick.color": INK,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "savefig.facecolor": "white",
+}
+
+_WIDTH_IN = 7.2
+
+
+def _figure(height_in: float, name: str):  # -> (Figure, rc_context)
+    import matplotlib
+
+    matplotlib.use("svg")
+    from matplotlib.figure import Figure
+
+    ctx = matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"gpuaudit-{name}"})
+    ctx.__enter__()
+    fig = Figure(figsize=(_WIDTH_IN, height_in), layout="constrained")
+    return fig, ctx
+
+
+def _svg(fig, ctx, title: str) -> str:
+    buf = io.StringIO()
+    try:
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Title": title})
+    finally:
+        ctx.__exit__(None, None, None)
+    return buf.getvalue()
+
+
+def inline(svg: str, label: str, prefix: str = "c") -> str:
+    """The SVG without its XML prolog, sized by CSS, labelled for screen readers, its ids prefixed (several
+    charts share one HTML document, and matplotlib numbers ids per figure): ready to paste into HTML."""
+    from markupsafe import escape
+
+    body = svg[svg.index("<svg") :]
+    body = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", body, count=1)
+    body = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', body)
+    body = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", body)
+    body = re.sub(r'\b((?:xlink:)?href)="#([^"]+)"', rf'\1="#{prefix}-\2"', body)
+    return body.replace("<svg", f'<svg role="img" aria-label="{escape(label)}"', 1)
+
+
+def _pct_axis(axis) -> None:
+    from matplotlib.ticker import PercentFormatter
+
+    axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+
+
+def _short(label: str, limit: int = 28) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def utilization_bars(runtime_util: float, real_util: float, busy_util: float | None = None) -> str:
+    """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded."""
+    fig, ctx = _figure(2.0, "utilization")
+    ax = fig.add_subplot()
+    rows = [("Runtime hours (believed)", runtime_util, BELIEVED)]
+    if busy_util is not None:
+        rows.append(("Kernel busy (duty cycle)", busy_util, "#6b8fb8"))
+    rows.append(("SM active (real)", real_util, REAL))
+    rows.reverse()
+    for i, (_name, value, color) in enumerate(rows):
+        ax.barh(i, value, color=color, height=0.6)
+        ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    gap = runtime_util - real_util
+    if gap > 0:
+        ax.axvspan(real_util, runtime_util, color=WASTE, alpha=0.08, lw=0)
+    ax.set_xlim(0, 1.0)
+    _pct_axis(ax.xaxis)
+    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title(f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
+    return _svg(fig, ctx, "Believed vs real utilization")
+
+
+def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: str, color: str = WASTE) -> str:
+    """A ranked horizontal bar chart (largest on top), e.g. idle-held GPU-hours by user."""
+    n = max(len(labels), 1)
+    fig, ctx = _figure(0.9 + 0.28 * n, "top-" + title)
+    ax = fig.add_subplot()
+    ys = list(range(len(labels)))[::-1]
+    ax.barh(ys, list(values), color=color, height=0.65)
+    ax.set_yticks(ys, [_short(str(label)) for label in labels])
+    top = max(values, default=0) or 1
+    for y, v in zip(ys, values, strict=True):
+        ax.text(v + top * 0.01, y, f"{v:,.0f}", va="center", color=INK, fontsize=8)
+    ax.set_xlim(0, top * 1.15)
+    ax.set_xlabel(unit)
+    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title(title)
+    return _svg(fig, ctx, title)
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -> str:
+    """7 × 24 grid (Monday first, hours in UTC) of a 0-1 fraction; missing cells stay blank."""
+    import numpy as np
+
+    data = np.array([[np.nan if v is None else float(v) for v in row] for row in matrix], dtype=float)
+    fig, ctx = _figure(2.6, "heatmap")
+    ax = fig.add_subplot()
+    # pcolormesh, not imshow: vector cells (crisp in print, no embedded bitmap).
+    im = ax.pcolormesh(np.ma.masked_invalid(data), cmap="Blues", vmin=0, vmax=1, edgecolors="white", linewidth=0.3)
+    ax.invert_yaxis()
+    ax.set_yticks([d + 0.5 for d in range(7)], _DAYS)
+    ax.set_xticks([h + 0.5 for h in range(0, 24, 3)], [f"{h:02d}:00" for h in range(0, 24, 3)])
+    ax.set_xlabel("hour of day (UTC)")
+    for side in ("left", "bottom"):
+        ax.spines[side].set_visible(False)
+    bar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
+    bar.solids.set_rasterized(False)
+    bar.solids.set_edgecolor("face")
+    _pct_axis(bar.ax.yaxis)
+    bar.outline.set_visible(False)
+    ax.set_title(title)
+    return _svg(fig, ctx, title)
+
+
+def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[float]) -> str:
+    """Runtime-hour and real utilization per week, as two lines."""
+    fig, ctx = _figure(2.4, "weekly")
+    ax = fig.add_subplot()
+    xs = list(range(len(weeks)))
+    ax.plot(xs, list(runtime), color=BELIEVED, lw=2, marker="o", ms=3, label="runtime hours (believed)")
+    ax.plot(xs, list(real), color=REAL, lw=2, marker="o", ms=3, label="SM active (real)")
+    ax.fill_between(xs, list(real), list(runtime), color=WASTE, alpha=0.08, lw=0)
+    labels = [str(w) for w in weeks]
+    if all(len(w) == 8 and w[4:6] == "-W" for w in labels):  # ISO weeks: "W07" is enough on an axis
+        labels = [w[5:] for w in labels]
+    step = max(1, -(-len(weeks) // 10))
+    ax.set_xticks(xs[::step], labels[::step])
+    ax.set_xlabel("ISO week" if labels and labels[0].startswith("W") else "week")
+    ax.set_ylim(0, 1)
+    _pct_axis(ax.yaxis)
+    ax.grid(axis="y", color=GRID, lw=0.6)
+    ax.legend(frameon=False, loc="upper left", ncols=2)
+    ax.set_title("Weekly trend")
+    return _svg(fig, ctx, "Weekly trend")
+
+
+def demand_duration(
+    gpus: Sequence[float], share_of_time: Sequence[float], n_star: float | None, fleet: float | None,
+    xlabel: str = "GPUs in demand",
+) -> str:
+    """Demand as a duration curve: for each GPU count, the share of time demand was at least that high.
+    The hybrid's owned capacity N* and the fleet size are marked."""
+    fig, ctx = _figure(2.6, "demand")
+    ax = fig.add_subplot()
+    ax.step(list(gpus), list(share_of_time), where="post", color=REAL, lw=2)
+    ax.fill_between(list(gpus), list(share_of_time), step="post", color=REAL, alpha=0.12, lw=0)
+    if n_star is not None:
+        ax.axvline(n_star, color=ONPREM, lw=1.5, ls="--")
+        ax.text(n_star, 1.02, f" own N* = {n_star:,.0f}", color=ONPREM, va="bottom", fontweight="bold")
+    if fleet is not None:
+        ax.axvline(fleet, color=BELIEVED, lw=1, ls=":")
+        ax.text(fleet, 0.5, f" fleet {fleet:,.0f}", color=INK, rotation=90, va="center", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlim(left=0)
+    _pct_axis(ax.yaxis)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of time ≥ x")
+    ax.grid(color=GRID, lw=0.6)
+    ax.set_title("Demand: how often the fleet needed at least x GPUs")
+    return _svg(fig, ctx, "Demand duration curve")
+
+
+def break_even_curve(
+    utilization: Sequence[float],
+    cloud_cost: Sequence[float],
+    onprem_cost: Sequence[float],
+    today_util: float,
+    break_even_util: float | None,
+    unit: str,
+) -> str:
+    """Cost of each option against real utilization, the crossing and today's point marked."""
+    fig, ctx = _figure(2.8, "breakeven")
+    ax = fig.add_subplot()
+    ax.plot(list(utilization), list(cloud_cost), color=CLOUD, lw=2, label="cloud")
+    ax.plot(list(utilization), list(onprem_cost), color=ONPREM, lw=2, label="on-prem")
+    if break_even_util is not None:
+        ax.axvline(break_even_util, color=INK, lw=1, ls="--")
+        ax.text(break_even_util, 0.98, f" break-even {break_even_util * 100:.0f} %", transform=ax.get_xaxis_transform(),
+                va="top", color=INK)
+    ax.axvline(today_util, color=TODAY, lw=2)
+    ax.text(today_util, 0.85, f" today {today_util * 100:.1f} %", transform=ax.get_xaxis_transform(),
+            va="top", color=TODAY, fontweight="bold")
+    ax.set_xlim(0, 1)
+    _pct_axis(ax.xaxis)
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(_money_formatter())
+    ax.set_xlabel("real utilization (SM active)")
+    ax.set_ylabel(unit)
+    ax.grid(color=GRID, lw=0.6)
+    ax.legend(frameon=False, loc="lower right")
+    ax.set_title("Break-even: cost against real utilization")
+    return _svg(fig, ctx, "Break-even curve")
+
+
+def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | None, unit: str) -> str:
+    """Hybrid total cost for each owned GPU count, the minimum N* marked."""
+    fig, ctx = _figure(2.4, "hybrid-curve")
+    ax = fig.add_subplot()
+    ax.plot(list(owned), list(total), color=REAL, lw=2)
+    if n_star is not None:
+        ax.axvline(n_star, color=ONPREM, lw=1.5, ls="--")
+        ax.text(n_star, 0.98, f" N* = {n_star:,.0f}", transform=ax.get_xaxis_transform(), va="top",
+                color=ONPREM, fontweight="bold")
+    ax.set_xlim(left=0)
+    ax.yaxis.set_major_formatter(_money_formatter())
+    ax.set_xlabel("GPUs owned (N)")
+    ax.set_ylabel(unit)
+    ax.grid(color=GRID, lw=0.6)
+    ax.set_title("Hybrid: total cost by number of GPUs owned")
+    return _svg(fig, ctx, "Hybrid cost curve")
+
+
+def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int | None, unit: str) -> str:
+    """Total cost of each scenario over the horizon; the recommended one highlighted."""
+    n = max(len(names), 1)
+    fig, ctx = _figure(0.9 + 0.32 * n, "costs")
+    ax = fig.add_subplot()
+    ys = list(range(len(names)))[::-1]
+    colors = [REAL if i == highlight else BELIEVED for i in range(len(names))]
+    ax.barh(ys, list(totals), color=colors, height=0.65)
+    ax.set_yticks(ys, [_short(str(n), 34) for n in names])
+    top = max(totals, default=0) or 1
+    for y, v in zip(ys, totals, strict=True):
+        ax.text(v + top * 0.01, y, _money(v), va="center", color=INK, fontsize=8)
+    ax.set_xlim(0, top * 1.2)
+    ax.xaxis.set_major_formatter(_money_formatter())
+    ax.set_xlabel(unit)
+    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title("Total cost per scenario")
+    return _svg(fig, ctx, "Cost per scenario")
+
+
+def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], base: float, unit: str,
+            title: str) -> str:
+    """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
+    n = max(len(labels), 1)
+    fig, ctx = _figure(0.9 + 0.3 * n, "tornado")
+    ax = fig.add_subplot()
+    order = sorted(range(len(labels)), key=lambda i: abs(high[i] - low[i]))
+    ys = list(range(len(order)))
+    for y, i in zip(ys, order, strict=True):
+        lo, hi = low[i], high[i]
+        ax.barh(y, lo - base, left=base, color=ONPREM, height=0.6)
+        ax.barh(y, hi - base, left=base, color=CLOUD, height=0.6)
+    ax.axvline(base, color=INK, lw=1)
+    lo_x, hi_x = min([base, *low, *high]), max([base, *low, *high])
+    if lo_x <= 0 <= hi_x:  # where the two options cost the same
+        ax.axvline(0, color=TODAY, lw=1, ls="--")
+        ax.text(0, 1.0, " equal cost", transform=ax.get_xaxis_transform(), color=TODAY, va="bottom", fontsize=8)
+    ax.set_yticks(ys, [_short(str(labels[i]), 34) for i in order])
+    ax.xaxis.set_major_formatter(_money_formatter() if ("$" in unit or "USD" in unit) else _plain_formatter())
+    ax.set_xlabel(unit)
+    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.set_axisbelow(True)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=ONPREM, label="input −30 %"), Patch(color=CLOUD, label="input +30 %")],
+              frameon=False, loc="lower right", fontsize=8)
+    ax.set_title(title)
+    return _svg(fig, ctx, title)
+
+
+def _money(v: float) -> str:
+    a = abs(v)
+    sign = "−" if v < 0 else ""
+    if a >= 1e6:
+        return f"{sign}${a / 1e6:,.2f}M"
+    if a >= 1e3:
+        return f"{sign}${a / 1e3:,.0f}k"
+    return f"{sign}${a:,.0f}"
+
+
+def _money_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: _money(v))
+
+
+def _plain_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:,.3g}")

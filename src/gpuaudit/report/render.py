@@ -1,0 +1,82 @@
+"""Renderers: the report model to HTML (one self-contained file), Markdown (+ SVG files) and JSON.
+
+Templates are read through importlib.resources (`gpuaudit.resources.templates_dir()`), so they load
+the same from a source tree, an editable install or a zipped wheel.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpuaudit.report.model import Report
+
+HTML_TEMPLATE = "report.html.j2"
+MD_TEMPLATE = "report.md.j2"
+CHART_DIR = "charts"
+
+
+def _load_template(name: str) -> str | None:
+    from gpuaudit.resources import templates_dir
+
+    path = templates_dir() / name
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _html_env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        autoescape=True,  # every value is escaped: names in the data are untrusted
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+# CommonMark specials that could start markup inside a line, plus the table separator. `&` first so
+# the entities added for < and > are not escaped again.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}|~#!$])")
+
+
+def md_escape(value: Any) -> str:
+    """Text safe to drop into Markdown (inline or in a table cell): no markup, no raw HTML, one line."""
+    if value is None:
+        return ""
+    text = str(value)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = re.sub(r"[\r\n\t]+", " ", text)
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _md_env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        autoescape=False,
+        finalize=md_escape,  # escaping is the default for every printed value, not opt-in
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+def render_html(report: Report) -> str:
+    from markupsafe import Markup
+
+    from gpuaudit.report.charts import inline
+
+    # matplotlib's SVG writer escapes every text node, so the chart markup itself is trusted.
+    svgs = {c.name: Markup(inline(c.svg, c.title, prefix=f"chart-{c.name}")) for c in report.charts()}
+    return _html_env().get_template(HTML_TEMPLATE).render(report=report, svgs=svgs)
+
+
+def chart_files(report: Report) -> dict[str, str]:
+    """Relative path of each chart's SVG file next to the Markdown report."""
+    return {c.name: f"{CHART_DIR}/{c.name}.svg" for c in report.charts()}
+
+
+def render_markdown(report: Report) -> str:
+    text = _md_env().get_template(MD_TEMPLATE).render(report=report, chart_files=chart_files(report))
+    return re.sub(r"\n{3,}", "\n\n", text)

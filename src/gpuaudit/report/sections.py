@@ -1,0 +1,638 @@
+"""Build the report model from the analyzer's result: ordered sections, in the order the issue asks.
+
+Nothing here measures or estimates anything: every number is a field of `AnalysisResult` (or a direct
+product of two of its fields, with the formula printed next to it). Breakdown tables are rendered from
+their own column lists, so a column the analyzer adds shows up without a change here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpuaudit.report import charts, fmt
+from gpuaudit.report.model import Chart, KeyFigure, Report, Section, Table, Verdict
+
+if TYPE_CHECKING:
+    from gpuaudit.analysis.result import AnalysisResult
+
+TOP_N = 10
+HOURS_PER_YEAR = 8766.0  # 365.25 days
+
+_HEADLINES = {
+    ("cloud", "cloud"): "Stay in the cloud",
+    ("cloud", "on-prem"): "Move to the cloud",
+    ("on-prem", "on-prem"): "Keep the GPUs on-prem",
+    ("on-prem", "cloud"): "Bring the GPUs on-prem",
+}
+
+
+def build_report(result: AnalysisResult, *, version: str, title: str = "GPU utilization audit",
+                 progress: Callable[[str], None] | None = None) -> Report:
+    """The report model for one analysis result. `progress` gets a short message per chart drawn."""
+    step = progress or (lambda _msg: None)
+    sections = (
+        _believed_vs_real(result, step),
+        _waste(result, step),
+        _when(result, step),
+        _demand(result, step),
+        _costs(result, step),
+        _sensitivity(result, step),
+        _method(result),
+    )
+    trial = result.trial
+    subtitle = (
+        f"{trial.gpus:,} GPUs on {trial.hosts:,} hosts · trial {_date(trial.start)} → {_date(trial.end)} UTC "
+        f"({trial.days:.1f} days) · {trial.samples:,} samples"
+    )
+    return Report(
+        title=title,
+        subtitle=subtitle,
+        verdict=_verdict(result),
+        sections=sections,
+        generated_at=_iso(result.generated_at),
+        version=version,
+        schema_version=int(result.dataset_schema_version),
+    )
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+def _iso(t: dt.datetime) -> str:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _date(t: dt.datetime | dt.date) -> str:
+    if isinstance(t, dt.datetime):
+        t = t.astimezone(dt.UTC) if t.tzinfo else t
+        return t.strftime("%Y-%m-%d %H:%M")
+    return t.isoformat()
+
+
+def _fig(label: str, figure: Any, *, emphasis: bool = False, text: str | None = None) -> KeyFigure:
+    value_text = text if text is not None else fmt.unit_value(figure.value, figure.unit)
+    if getattr(figure, "upper_bound", False) and figure.value is not None:
+        value_text = "≤ " + value_text
+    source = figure.formula if not figure.source else f"{figure.formula} — {figure.source}"
+    return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
+
+
+def _col(table: Any, *candidates: str) -> str | None:
+    names = table.column_names()
+    for c in candidates:
+        if c in names:
+            return c
+    return None
+
+
+def _cell(value: Any, unit: str) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if not unit and isinstance(value, float):
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.4g}"
+        if not unit:
+            return f"{value}"
+        return fmt.unit_value(float(value), unit)
+    if isinstance(value, dt.datetime):
+        return _iso(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _is_numeric(table: Any, col: Any) -> bool:
+    if col.unit:
+        return True
+    return any(isinstance(r.get(col.name), int | float) and not isinstance(r.get(col.name), bool)
+               for r in table.rows[:5])
+
+
+def _label(col: Any) -> str:
+    name = col.name.removesuffix("_usd").replace("_", " ")  # cells already say "$"
+    return name
+
+
+def _table(table: Any, *, sort_by: str | None = None, limit: int | None = None, caption: str | None = None,
+           columns: Sequence[str] | None = None, empty: str = "nothing to show") -> Table:
+    """A breakdown table as display strings, optionally the top rows by one column."""
+    cols = [c for c in table.columns if columns is None or c.name in columns]
+    if not cols:  # none of the wanted columns exist: show the table as the analyzer gave it
+        cols = list(table.columns)
+        columns = None
+    if columns is not None:
+        cols.sort(key=lambda c: list(columns).index(c.name))
+    rows = list(table.rows)
+    if sort_by is not None:
+        rows.sort(key=lambda r: -(r.get(sort_by) or 0))
+    total = len(rows)
+    if limit is not None:
+        rows = rows[:limit]
+    cap = (caption if caption is not None else table.description).rstrip(". ")
+    if limit is not None and total > limit:
+        cap = f"{cap} (top {limit} of {total:,})"
+    return Table(
+        columns=tuple(_label(c) + (f" ({_unit_label(c.unit)})" if _unit_label(c.unit) else "") for c in cols),
+        rows=tuple(tuple(_cell(r.get(c.name), c.unit) for c in cols) for r in rows),
+        numeric=tuple(_is_numeric(table, c) for c in cols),
+        caption=cap,
+        empty=empty,
+    )
+
+
+def _unit_label(unit: str) -> str:
+    # Every formatted cell carries its unit ("%", "$", "GPU-h", "W"), so headers stay short.
+    return ""
+
+
+# -- the verdict -----------------------------------------------------------------------------------------
+
+def _verdict(r: Any) -> Verdict:
+    d = r.decision
+    branch = str(d.branch.value if hasattr(d.branch, "value") else d.branch)
+    current = str(d.inputs.current.value if hasattr(d.inputs.current, "value") else d.inputs.current)
+    if branch == "hybrid" and r.hybrid.n_star > 0:
+        headline = f"Go hybrid: own {r.hybrid.n_star:,} GPUs, burst the rest to the cloud"
+    elif branch == "hybrid":
+        headline = "Go hybrid: keep a steady base on-prem, burst peaks to the cloud"
+    else:
+        headline = _HEADLINES.get((branch, current), branch)
+    conds = "; ".join(_condition(c) for c in d.rule.conditions)
+    description = d.rule.description.rstrip(". ")
+    rule = f"{description} ({conds})" if conds else description
+    caveats = [c for c in d.caveats if not c.lower().startswith("provisional")]  # said on its own line
+    if caveats:
+        rule += ". Caveats: " + "; ".join(caveats)
+    c = r.confidence
+    flip = c.flip_share
+    level = "high" if flip < 0.05 else "medium" if flip < 0.2 else "low"
+    confidence = (
+        f"{level} — real utilization {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
+        f"({c.level:.0%} interval); the recommendation changes in {flip:.0%} of {c.resamples:,} "
+        f"resamples of the {c.days} observed days"
+    )
+    u = r.utilization
+    figs = [
+        _fig("Real utilization (SM active)", u.real_utilization, emphasis=True),
+        _fig("Believed utilization (runtime hours)", u.runtime_utilization),
+        _fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        _cheapest_figure(r),
+    ]
+    reason = (f"the trial covers {r.trial.days:.1f} days, less than the minimum for a firm decision; "
+              f"collect more data and re-run")
+    return Verdict(
+        branch=branch,
+        headline=headline,
+        why=d.headline,
+        rule=rule,
+        confidence=confidence,
+        provisional=bool(d.provisional),
+        provisional_reason=reason,
+        reevaluate_on=d.reevaluate_on.isoformat(),
+        figures=tuple(figs),
+        cost_note=_cost_note(r),
+    )
+
+
+def _cost_note(r: Any) -> str:
+    if r.decision.agrees_with_costs:
+        return ""
+    best = _scenario(r, r.costs.cheapest)
+    name = best.label if best else r.costs.cheapest
+    return (f"The cheapest scenario in the cost model is {name}, not the rule's branch: the rule reads "
+            f"utilization thresholds, the cost model prices this fleet's demand. See section 5 and the sensitivity.")
+
+
+def _condition(c: Any) -> str:
+    def show(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float) and c.fact.endswith(("utilization", "share")):
+            return fmt.pct(v)
+        if isinstance(v, float):
+            return f"{v:,.4g}"
+        return str(v)
+
+    return f"{c.fact.replace('_', ' ')} = {show(c.actual)} {c.op} {show(c.threshold)}"
+
+
+def _scenario(r: Any, sid: str) -> Any | None:
+    return next((s for s in r.costs.scenarios if s.id == sid), None)
+
+
+def _cheapest_figure(r: Any) -> KeyFigure:
+    best = _scenario(r, r.costs.cheapest)
+    stay = _scenario(r, "stay-as-is")
+    months = r.costs.horizon_months
+    if best is None:
+        return KeyFigure("Cheapest scenario", r.costs.cheapest, "cost model")
+    if stay is not None and stay.id != best.id and stay.total.value is not None and best.total.value is not None:
+        saving = stay.total.value - best.total.value
+        return KeyFigure(
+            label=f"Cheapest over {months} months: {best.label}",
+            text=f"saves {fmt.money(saving)}" if saving >= 0 else f"costs {fmt.money(-saving)} more",
+            source=f"vs today: {stay.label} {fmt.money(stay.total.value)} − {best.label} "
+                   f"{fmt.money(best.total.value)}",
+            emphasis=True,
+        )
+    return KeyFigure(f"Cheapest over {months} months: {best.label}", fmt.money(best.total.value),
+                     best.total.formula)
+
+
+# -- 1. believed vs real -----------------------------------------------------------------------------------
+
+def _phantom_dollars(r: Any) -> tuple[float | None, float | None, str]:
+    """Cost of the runtime hours without SM work, over the trial and per year, at the cloud rate."""
+    u = r.utilization
+    rate = r.costs.cloud_effective_usd_per_gpu_hour.value
+    if u.runtime_gpu_hours.value is None or u.real_gpu_hours.value is None or rate is None:
+        return None, None, ""
+    idle = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
+    trial_usd = idle * rate
+    hours_observed = max(r.trial.days * 24, 1e-9)
+    per_year = trial_usd * HOURS_PER_YEAR / hours_observed
+    formula = (f"(R − S) × cloud effective rate = {fmt.hours(idle)} × ${rate:,.2f}/GPU-h; "
+               f"per year: × {HOURS_PER_YEAR:,.0f} h ÷ {hours_observed:,.0f} trial hours")
+    return trial_usd, per_year, formula
+
+
+def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
+    u = r.utilization
+    trial_usd, per_year, formula = _phantom_dollars(r)
+    gap_hours = None
+    if u.runtime_gpu_hours.value is not None and u.real_gpu_hours.value is not None:
+        gap_hours = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
+    figs = [
+        _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
+        _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
+        _fig("Phantom gap R/W − S/W", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        KeyFigure("Phantom GPU-hours R − S", fmt.hours(gap_hours),
+                  "runtime GPU-hours minus real GPU-hours over the trial"),
+        KeyFigure("Phantom gap in dollars (trial)", fmt.money(trial_usd), formula),
+        KeyFigure("… per year at this rate", fmt.money(per_year), formula, emphasis=True),
+        _fig("Efficiency while held S/R", u.efficiency_while_held),
+        _fig("Kernel busy (duty cycle) B/W", u.busy_utilization),
+    ]
+    step("chart: believed vs real")
+    chart = Chart(
+        name="utilization",
+        title="Believed vs real utilization",
+        svg=charts.utilization_bars(_v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value),
+        caption="Runtime hours count a GPU as used whenever a process holds it; SM active measures the share "
+                "of the GPU's streaming multiprocessors doing work.",
+    )
+    rows = []
+    for label, f in (
+        ("W observed GPU-hours", u.observed_gpu_hours),
+        ("R runtime GPU-hours", u.runtime_gpu_hours),
+        ("B busy GPU-hours", u.busy_gpu_hours),
+        ("S real GPU-hours", u.real_gpu_hours),
+        ("Idle-held GPU-hours", u.idle_held_gpu_hours),
+    ):
+        rows.append((label, fmt.unit_value(f.value, f.unit), f.formula, f.definition or f.source))
+    table = Table(columns=("figure", "value", "formula", "meaning"), rows=tuple(rows),
+                  numeric=(False, True, False, False), caption="The hours behind the ratios")
+    notes = []
+    if u.real_is_upper_bound:
+        notes.append(f"Part of the fleet reports only the duty cycle ({fmt.pct(u.upper_bound_share.value)} of "
+                     "observed hours): there S uses the duty cycle, so real utilization is an upper bound.")
+    lead = (f"The fleet looks {fmt.pct(u.runtime_utilization.value)} used if you count the hours a job held a "
+            f"GPU, but its SMs were active {fmt.pct(u.real_utilization.value)} of the time: "
+            f"{fmt.hours(gap_hours)} of held GPU time did no work.")
+    return Section("believed-vs-real", "Believed vs real utilization", lead, tuple(figs), (chart,), (table,),
+                   tuple(notes))
+
+
+def _v(f: Any) -> float:
+    return float(f.value) if f.value is not None else 0.0
+
+
+# -- 2. where the waste is -------------------------------------------------------------------------------
+
+_IDLE = ("idle_held_gpu_hours", "idle_held_h", "idle_held")
+
+
+def _waste(r: Any, step: Callable[[str], None]) -> Section:
+    u, b = r.utilization, r.breakdowns
+    figs = [
+        _fig("Idle-held GPU-hours", u.idle_held_gpu_hours, emphasis=True),
+        _fig("GPUs never used", u.never_used_count),
+    ]
+    charts_: list[Chart] = []
+    tables: list[Table] = []
+    for key, table, who in (("user", b.per_user, "user"), ("job", b.per_job, "job"),
+                            ("pod", b.per_pod, "pod"), ("node", b.per_node, "node")):
+        if not table.rows:
+            if key != "pod":
+                tables.append(_table(table, empty=f"no {who} information in the data"))
+            continue
+        idle = _col(table, *_IDLE)
+        label_col = table.columns[0].name
+        if idle is not None and key == "user":
+            top = sorted(table.rows, key=lambda row: -(row.get(idle) or 0))[:TOP_N]
+            step(f"chart: idle-held hours by {who}")
+            charts_.append(Chart(
+                name=f"idle-by-{key}",
+                title=f"Idle-held GPU-hours by {who}",
+                svg=charts.top_bars([str(row.get(label_col)) for row in top], [row.get(idle) or 0 for row in top],
+                                    f"Idle-held GPU-hours by {who} (top {len(top)})", "GPU-hours"),
+            ))
+        tables.append(_table(table, sort_by=idle, limit=TOP_N, columns=(
+            label_col, "gpus", "runtime_gpu_hours", "real_gpu_hours", "efficiency_while_held", *_IDLE)))
+    never_table = Table(columns=("GPU",), rows=tuple((g,) for g in u.never_used_gpus), numeric=(False,),
+                  caption="GPUs no process used during the trial", empty="every GPU was used at least once")
+    tables.append(never_table)
+    never = int(u.never_used_count.value or 0)
+    lead = (f"{fmt.hours(u.idle_held_gpu_hours.value)} were held by a process while the SMs did nothing; "
+            f"{never:,} GPU{'' if never == 1 else 's'} {'was' if never == 1 else 'were'} never used at all.")
+    return Section("waste", "Where the waste is", lead, tuple(figs), tuple(charts_), tuple(tables))
+
+
+_DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+# -- 3. when ---------------------------------------------------------------------------------------------------
+
+def _when(r: Any, step: Callable[[str], None]) -> Section:
+    b = r.breakdowns
+    charts_: list[Chart] = []
+    how = b.hour_of_week
+    val = _col(how, "real_utilization", "real", "sm_active")
+    day = _col(how, "day_of_week", "dow")
+    hour = _col(how, "hour_of_day", "hour")
+    if how.rows and val is not None and day and hour:
+        grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
+        for row in how.rows:
+            grid[int(row[day])][int(row[hour])] = row.get(val)
+        step("chart: hour-of-week heatmap")
+        charts_.append(Chart("hour-of-week", "Real utilization by hour of week",
+                             charts.hour_of_week_heatmap(grid, "Real utilization by hour of week (UTC)"),
+                             caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
+                                     "averaged over the trial."))
+    wk = b.per_week
+    week = _col(wk, "week", "iso_week", "week_start")
+    rt = _col(wk, "runtime_utilization")
+    rl = _col(wk, "real_utilization")
+    if wk.rows and week and rt and rl:
+        step("chart: weekly trend")
+        charts_.append(Chart("weekly-trend", "Weekly trend",
+                             charts.weekly_trend([str(x[week]) for x in wk.rows],
+                                                 [x.get(rt) or 0 for x in wk.rows],
+                                                 [x.get(rl) or 0 for x in wk.rows])))
+    lead = "When the GPUs work: idle nights and weekends are capacity the cloud would not bill."
+    cells = [row for row in how.rows if val is not None and row.get(val) is not None]
+    if cells and day and hour:
+        hi = max(cells, key=lambda row: row[val])
+        lo = min(cells, key=lambda row: row[val])
+
+        def when(row: dict[str, Any]) -> str:
+            return f"{_DAY_NAMES[int(row[day])]} {int(row[hour]):02d}:00 UTC"
+
+        lead = (f"Busiest hour of the week: {when(hi)} at {fmt.pct(hi[val])} real utilization; quietest: "
+                f"{when(lo)} at {fmt.pct(lo[val])}. Hours when owned GPUs sit idle are hours the cloud would "
+                f"not bill.")
+    week_table = _table(wk, columns=(week or "week", "gpus", "runtime_utilization", "real_utilization",
+                                     "efficiency_while_held", *_IDLE))
+    return Section("when", "When", lead, (), tuple(charts_), (week_table,))
+
+
+# -- 4. demand and sizing --------------------------------------------------------------------------------
+
+def _demand(r: Any, step: Callable[[str], None]) -> Section:
+    h, be, c = r.hybrid, r.break_even, r.costs
+    figs = [
+        KeyFigure("Hybrid: GPUs to own N*", f"{h.n_star:,}",
+                  "N minimizing owned cost(N) + cloud cost of demand above N over the measured demand series "
+                  f"({h.demand_basis})", emphasis=True),
+        KeyFigure("Critical-fractile check", f"{h.critical_fractile_n:,}",
+                  f"largest N with demand ≥ N at least {fmt.pct(h.fractile.value)} of the time "
+                  f"(1/U, U = {h.cost_ratio_u.value:,.2f}); {'agrees with' if h.agrees else 'differs from'} N*"),
+        _fig("Peak demand", h.peak_demand),
+        _fig("Mean demand", h.mean_demand),
+        _fig("Break-even real utilization", be.real_utilization, emphasis=True,
+             text="never (renting is cheaper even at 100 %)" if be.never else None),
+        KeyFigure("Measured real utilization", fmt.pct(be.measured_real), "S / W over the trial"),
+    ]
+    charts_: list[Chart] = []
+    d = r.breakdowns.demand
+    dcol = _col(d, h.demand_basis, "gpus_held", "gpus_in_use", "demand_gpus")
+    if d.rows and dcol:
+        values = sorted((float(x.get(dcol) or 0) for x in d.rows), reverse=True)
+        xs, ys = _duration_curve(values)
+        step("chart: demand")
+        charts_.append(Chart("demand", "Demand duration curve",
+                             charts.demand_duration(xs, ys, float(h.n_star), float(r.trial.gpu_equivalents),
+                                                    _DEMAND_LABELS.get(dcol, dcol.replace("_", " "))),
+                             caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, "
+                                     f"{h.bucket_s:,.0f} s buckets); N* from the hybrid sizing."))
+    cloud_rate = c.cloud_effective_usd_per_gpu_hour.value
+    if cloud_rate is not None and be.real_utilization.value is not None:
+        grid = [i / 100 for i in range(0, 101, 2)]
+        # Per GPU-year: cloud bills only the hours used (u × rate); owning costs the same at any u, and
+        # by definition equals the cloud cost at the break-even u*.
+        cloud = [u * cloud_rate * HOURS_PER_YEAR for u in grid]
+        owned = [be.real_utilization.value * cloud_rate * HOURS_PER_YEAR] * len(grid)
+        step("chart: break-even")
+        charts_.append(Chart("break-even", "Break-even curve",
+                             charts.break_even_curve(grid, cloud, owned, be.measured_real,
+                                                     None if be.never else be.real_utilization.value,
+                                                     "USD per GPU-year"),
+                             caption=f"Cloud: utilization × {fmt.money(cloud_rate)}/GPU-h effective rate × "
+                                     f"{HOURS_PER_YEAR:,.0f} h. On-prem: flat, equal to cloud at the break-even "
+                                     f"u* ({be.real_utilization.formula})."))
+    n_col = _col(h.curve, "n", "owned_gpus", "n_owned")
+    cost_col = _col(h.curve, "total_usd", "total", "cost_usd")
+    if h.curve.rows and n_col and cost_col:
+        step("chart: hybrid cost curve")
+        charts_.append(Chart("hybrid-curve", "Hybrid cost by owned GPUs",
+                             charts.cost_curve([float(x[n_col]) for x in h.curve.rows],
+                                               [float(x.get(cost_col) or 0) for x in h.curve.rows],
+                                               float(h.n_star), f"USD over {c.horizon_months} months"),
+                             caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N."))
+    tables = ()
+    lead = (f"Demand peaked at {fmt.unit_value(h.peak_demand.value, 'count')} GPUs and averaged "
+            f"{fmt.num(h.mean_demand.value, 1)}. Owning pays above {fmt.pct(be.real_utilization.value)} real "
+            f"utilization; the fleet runs at {fmt.pct(be.measured_real)}.")
+    if be.never:
+        lead = "Renting is cheaper than owning even at 100 % real utilization with these prices."
+    return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
+
+
+_DEMAND_LABELS = {"gpus_held": "GPUs held by a process", "gpus_in_use": "GPUs in use (SM-weighted)"}
+
+
+def _duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
+    """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
+    n = len(desc)
+    xs: list[float] = [0.0]
+    ys: list[float] = [1.0]
+    for i, v in enumerate(desc):
+        if i + 1 == n or desc[i + 1] != v:
+            xs.append(v)
+            ys.append((i + 1) / n)
+    pairs = sorted(zip(xs, ys, strict=True))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+# -- 5. costs --------------------------------------------------------------------------------------------------
+
+def _costs(r: Any, step: Callable[[str], None]) -> Section:
+    c = r.costs
+    months = c.horizon_months
+    scenarios = list(c.scenarios)
+    rows = []
+    for s in scenarios:
+        marker = " ◀ cheapest" if s.id == c.cheapest else ""
+        rows.append((s.label + marker, s.description, f"{s.owned_gpus:,}", fmt.hours(s.cloud_gpu_hours),
+                     fmt.money(s.monthly_usd), fmt.money(s.total.value, exact=True)))
+    table = Table(
+        columns=("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months"),
+        rows=tuple(rows), numeric=(False, False, True, True, True, True),
+        caption=f"Cost per scenario over {months} months (cost model preset: {c.preset})",
+    )
+    parts = sorted({k for s in scenarios for k in s.components})
+    comp = Table(
+        columns=("scenario", *[p.replace("_", " ") for p in parts]),
+        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else "—" for p in parts])
+                   for s in scenarios),
+        numeric=(False, *[True] * len(parts)),
+        caption="Where each total comes from (USD over the horizon)",
+    )
+    step("chart: cost per scenario")
+    ids = [s.id for s in scenarios]
+    chart = Chart("costs", "Cost per scenario",
+                  charts.cost_scenarios([s.label for s in scenarios], [s.total.value or 0 for s in scenarios],
+                                        ids.index(c.cheapest) if c.cheapest in ids else None,
+                                        f"USD over {months} months"))
+    figs = [
+        _fig("Cloud list price per GPU-hour", c.cloud_usd_per_gpu_hour),
+        _fig("Cloud effective price per GPU-hour", c.cloud_effective_usd_per_gpu_hour),
+        _fig("Owned cost per GPU-hour", c.owned_usd_per_gpu_hour),
+        _fig(f"Power per GPU ({c.power_source})", c.power_w_per_gpu),
+    ]
+    best = _scenario(r, c.cheapest)
+    lead = (f"The measured demand, priced over {months} months: the cheapest way to run it is "
+            f"{best.label if best else c.cheapest} ({fmt.money(best.total.value if best else None)}). "
+            f"Trial GPU-hours are scaled by {c.scale:,.2f} to the horizon.")
+    notes = []
+    if not r.decision.agrees_with_costs:
+        notes.append("The decision tree (utilization thresholds) and the cheapest scenario of the cost model "
+                     "disagree: read both, and check the prices in Method and assumptions.")
+    return Section("costs", f"Cost per scenario over {months} months", lead, tuple(figs), (chart,),
+                   (table, comp), tuple(notes))
+
+
+# -- 6. sensitivity ----------------------------------------------------------------------------------------
+
+def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
+    s = r.sensitivity
+    t = s.tornado
+    charts_: list[Chart] = []
+    name = _col(t, "parameter", "price", "input", "key")
+    low = _col(t, "low_diff_usd", "diff_low_usd", "cloud_minus_onprem_low", "low_usd", "low")
+    high = _col(t, "high_diff_usd", "diff_high_usd", "cloud_minus_onprem_high", "high_usd", "high")
+    base = _col(t, "base_diff_usd", "diff_base_usd", "cloud_minus_onprem_base", "base_usd", "base")
+    if t.rows and name and low and high:
+        base_value = float(t.rows[0].get(base) or 0) if base else 0.0
+        step("chart: sensitivity")
+        charts_.append(Chart(
+            "sensitivity", "Sensitivity",
+            charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
+                           [float(x.get(high) or 0) for x in t.rows], base_value,
+                           "all-cloud minus all-on-prem cost, USD",
+                           f"What moves the answer: each price ±{s.fraction:.0%}"),
+            caption="All-cloud minus all-on-prem cost over the horizon with one price at −30 % (green) or "
+                    "+30 % (purple); the solid line is today's prices. Above $0 owning is cheaper, below it "
+                    "renting is."))
+    lead = (f"Each price moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
+            f"recommendation survive?")
+    tornado_table = _table(t, caption=f"Each price ±{s.fraction:.0%}: value, cheapest scenario and break-even",
+                           columns=(name or "parameter", "low_value", "base_value", "high_value", "cheapest_low",
+                                    "cheapest_high", "break_even_low", "break_even_high"))
+    growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
+                          columns=("growth_per_year", "stay_as_is_usd", "all_cloud_usd", "all_on_prem_usd",
+                                   "hybrid_usd", "cheapest", "hybrid_n_star"))
+    return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
+
+
+# -- 7. method and assumptions ---------------------------------------------------------------------------
+
+def _method(r: Any) -> Section:
+    q, t, c = r.data_quality, r.trial, r.confidence
+    figs = [
+        _fig("Coverage", q.coverage),
+        _fig("Gap hours", q.gap_hours),
+        _fig("Trial length", q.trial_days),
+        _fig("Unmeasured share", q.unmeasured_share),
+    ]
+    assumptions = Table(
+        columns=("input", "value", "unit", "source"),
+        rows=tuple((a.key, _assumption_value(a.value), a.unit, a.source) for a in r.assumptions),
+        numeric=(False, True, False, False),
+        caption="Every price and threshold used, with its source",
+    )
+    defs = []
+    for label, f in _definitions(r):
+        defs.append((label, f.definition or "", f.formula, f.source))
+    definitions = Table(columns=("figure", "definition", "formula", "rows it comes from"), rows=tuple(defs),
+                        numeric=(False, False, False, False), caption="Definitions")
+    coverage = Table(
+        columns=("item", "value"),
+        rows=(
+            ("trial window (UTC)", f"{_date(t.start)} → {_date(t.end)}"),
+            ("days with data", f"{t.observed_days:,} of {t.days:.1f}"),
+            ("GPUs / GPU equivalents / hosts", f"{t.gpus:,} / {t.gpu_equivalents:,.2f} / {t.hosts:,}"),
+            ("samples", f"{t.samples:,}"),
+            ("measurement sources", ", ".join(t.sources) or "—"),
+            ("GPUs that stopped reporting", ", ".join(q.stopped_reporting) or "none"),
+            ("confidence method", f"{c.method}: {c.resamples:,} resamples, seed {c.seed}"),
+            ("dataset schema version", str(r.dataset_schema_version)),
+            ("result version", str(r.result_version)),
+        ),
+        numeric=(False, False),
+        caption="Data coverage",
+    )
+    notes = tuple(q.warnings) + tuple(w for w in r.warnings if w not in q.warnings)
+    lead = ("How every figure above was computed, from which rows, with which prices. Utilization is measured "
+            "from SM activity (NVML GPM or DCGM), never inferred from runtime hours.")
+    gap = _col(q.gpus, "gap_hours", "gap_h")
+    gpu_table = (_table(q.gpus, sort_by=gap, limit=TOP_N, caption="Per-GPU coverage, largest gaps first",
+                        columns=("host", "gpu", "coverage", "gap_hours", "last_sample", "stopped_reporting"))
+                 if q.gpus.rows else None)
+    tables = (assumptions, definitions, coverage) + ((gpu_table,) if gpu_table else ())
+    return Section("method", "Method and assumptions", lead, tuple(figs), (), tables, notes)
+
+
+def _assumption_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.6g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _definitions(r: Any) -> Iterable[tuple[str, Any]]:
+    u = r.utilization
+    return (
+        ("W observed GPU-hours", u.observed_gpu_hours),
+        ("R runtime GPU-hours", u.runtime_gpu_hours),
+        ("B busy GPU-hours", u.busy_gpu_hours),
+        ("S real GPU-hours", u.real_gpu_hours),
+        ("Runtime-hour utilization", u.runtime_utilization),
+        ("Real utilization", u.real_utilization),
+        ("Efficiency while held", u.efficiency_while_held),
+        ("Phantom gap", u.phantom_gap),
+        ("Idle-held GPU-hours", u.idle_held_gpu_hours),
+        ("Energy", u.energy_kwh),
+        ("Average power per GPU", u.average_power_w),
+        ("Break-even real utilization", r.break_even.real_utilization),
+        ("Cloud effective $/GPU-h", r.costs.cloud_effective_usd_per_gpu_hour),
+        ("Owned $/GPU-h", r.costs.owned_usd_per_gpu_hour),
+    )

@@ -1,0 +1,82 @@
+"""The short terminal summary printed after a report is written (rich tables), and step progress on
+stderr for the long parts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gpuaudit.report import fmt
+
+
+def print_summary(result: Any, written: Any, *, console: Any = None) -> None:
+    """Verdict, the key figures and the scenario costs, then where the files are."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console()
+    report = written.report
+    d, u = result.decision, result.utilization
+    headline = report.verdict.headline if report is not None else str(d.branch)
+    provisional = " [bold red](provisional)[/]" if d.provisional else ""
+    console.print(f"[bold]Recommendation:[/] {escape(headline)}{provisional}")
+    console.print(escape(d.headline))
+    figures = Table(show_header=False, box=None, pad_edge=False)
+    figures.add_column(style="dim")
+    figures.add_column(justify="right", style="bold")
+    figures.add_row("believed (runtime-hour) utilization", fmt.pct(u.runtime_utilization.value))
+    figures.add_row("real (SM-active) utilization", fmt.pct(u.real_utilization.value))
+    figures.add_row("phantom gap", fmt.pp(u.phantom_gap.value))
+    figures.add_row("idle-held GPU-hours", fmt.hours(u.idle_held_gpu_hours.value))
+    figures.add_row("break-even real utilization",
+                    "never" if result.break_even.never else fmt.pct(result.break_even.real_utilization.value))
+    figures.add_row("hybrid: GPUs to own (N*)", f"{result.hybrid.n_star:,}")
+    figures.add_row("re-evaluate on", d.reevaluate_on.isoformat())
+    console.print(figures)
+    costs = Table(title=f"Cost over {result.costs.horizon_months} months", title_justify="left")
+    costs.add_column("scenario")
+    costs.add_column("total", justify="right")
+    for s in result.costs.scenarios:
+        mark = " ◀" if s.id == result.costs.cheapest else ""
+        costs.add_row(escape(s.label) + mark, fmt.money(s.total.value))
+    console.print(costs)
+    for kind, path in written.files.items():
+        console.print(f"[green]wrote[/] {kind:<4} {escape(str(path))}")
+
+
+@contextmanager
+def progress_steps(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A callable that shows the current step (spinner + message) on stderr; silent when disabled or when
+    stderr is not a terminal, so logs and tests stay clean."""
+    if not enabled:
+        yield lambda _msg: None
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _msg: None
+        return
+    from rich.markup import escape
+
+    with console.status("starting…") as status:
+        yield lambda msg: status.update(escape(msg))
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A callable (done, total) drawing a progress bar on stderr while the block runs (terminal only)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _done, _total: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f} %"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -1,0 +1,106 @@
+"""Write a report to a directory: report.html (self-contained), report.md + charts/*.svg, report.json.
+
+Each file is written to a temporary name in the same directory and renamed into place, so an
+interrupted run never leaves a half-written report next to a good one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuaudit.errors import GpuauditError
+
+if TYPE_CHECKING:
+    from gpuaudit.analysis.result import AnalysisResult
+
+FORMATS = ("html", "md", "json")
+FILE_NAMES = {"html": "report.html", "md": "report.md", "json": "report.json"}
+
+
+@dataclass
+class WrittenReport:
+    out: Path
+    files: dict[str, Path] = field(default_factory=dict)  # format -> path
+    charts: list[Path] = field(default_factory=list)
+    report: Any = None  # the model (gpuaudit.report.model.Report) when html or md was written
+
+
+def parse_formats(value: str | Iterable[str]) -> list[str]:
+    """'html,md' -> ['html', 'md']; unknown names are an error listing the known ones."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    formats = []
+    for item in items:
+        name = item.strip().lower()
+        if name == "markdown":
+            name = "md"
+        if not name:
+            continue
+        if name not in FORMATS:
+            raise GpuauditError(f"unknown report format {item.strip()!r}; choose from {', '.join(FORMATS)}")
+        if name not in formats:
+            formats.append(name)
+    if not formats:
+        raise GpuauditError(f"no report format given; choose from {', '.join(FORMATS)}")
+    return formats
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FORMATS, *, version: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> WrittenReport:
+    """Render `result` (an AnalysisResult) into `out` in the given formats; return what was written."""
+    from gpuaudit import __version__
+    from gpuaudit.report import render
+    from gpuaudit.report.sections import build_report
+
+    formats = parse_formats(list(formats))
+    step = progress or (lambda _msg: None)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GpuauditError(f"--out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GpuauditError(f"cannot create the report directory {out}: {e.strerror}") from None
+    written = WrittenReport(out=out)
+    if "html" in formats or "md" in formats:
+        written.report = build_report(result, version=version or __version__, progress=step)
+    if "html" in formats:
+        step("writing report.html")
+        path = out / FILE_NAMES["html"]
+        atomic_write(path, render.render_html(written.report))
+        written.files["html"] = path
+    if "md" in formats:
+        step("writing report.md and charts")
+        for chart in written.report.charts():
+            path = out / render.CHART_DIR / f"{chart.name}.svg"
+            atomic_write(path, chart.svg)
+            written.charts.append(path)
+        path = out / FILE_NAMES["md"]
+        atomic_write(path, render.render_markdown(written.report))
+        written.files["md"] = path
+    if "json" in formats:
+        step("writing report.json")
+        path = out / FILE_NAMES["json"]
+        atomic_write(path, json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        written.files["json"] = path
+    return written
