@@ -36,7 +36,8 @@ def machine() -> str:
     except OSError:
         pass
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GiB RAM, Python {platform.python_version()}"
+    py = platform.python_version()
+    return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GiB RAM, Python {py}"
 
 
 def fmt(v: object) -> str:

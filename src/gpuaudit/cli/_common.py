@@ -20,7 +20,7 @@ DataOption = typer.Option(
     "--data",
     "-d",
     envvar="GPUAUDIT_DATA",
-    help="Dataset root directory [default: ./gpuaudit-data, or $GPUAUDIT_DATA].",
+    help="Dataset root directory (default: ./gpuaudit-data, or $GPUAUDIT_DATA).",
     show_default=False,
 )
 
