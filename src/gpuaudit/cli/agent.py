@@ -1,1 +1,102 @@
-"""CLI for the agent area (filled in by its issue)."""
+"""`gpuaudit agent run` and `gpuaudit agent status`: argument parsing only; the work is in gpuaudit.agent."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import typer
+
+from gpuaudit.cli import app
+from gpuaudit.cli._common import DataOption, data_path, handle_errors
+
+agent_app = typer.Typer(
+    name="agent",
+    help="The node agent: sample real GPU utilization with NVML and store it (run it on every GPU node).",
+    no_args_is_help=True,
+)
+app.add_typer(agent_app, name="agent")
+
+SimulateOption = typer.Option(
+    None, "--simulate", metavar="SCENARIO",
+    help="Run against a simulated NVML driven by a workload scenario (phantom, idle-cluster, "
+    "steady-training, bursty-agents, mixed, static): see the agent working on a machine without a GPU.",
+)
+HardwareOption = typer.Option(
+    "h100", "--simulate-hardware", metavar="PROFILE",
+    help="Simulated hardware: h100, h200, pre-hopper, not-supported, gpu-lost, mig, zero-devices, "
+    "library-missing, driver-mismatch, driver-reload.",
+)
+HostOption = typer.Option(None, "--host", help="Host name to record (default: this machine's hostname).")
+
+
+def _nvml(simulate: str | None, hardware: str, gpus: int, seed: int, interval_s: float, host: str):
+    from gpuaudit.nvml import Nvml
+
+    if simulate is None:
+        return Nvml(), None
+    from gpuaudit.agent.simulation import build_fake
+
+    fake = build_fake(simulate, n_gpus=gpus, hardware=hardware, seed=seed, interval_s=interval_s, host=host)
+    return Nvml(fake), fake
+
+
+@agent_app.command("run")
+@handle_errors
+def run(
+    interval: float = typer.Option(10.0, "--interval", "-i", help="Seconds per sample (interval average)."),
+    data: Path | None = DataOption,
+    once: bool = typer.Option(False, "--once", help="Sample one interval, flush, exit."),
+    duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
+    flush_interval: float = typer.Option(
+        60.0, "--flush-interval", help="Seconds between flushes to disk: the most data a crash can lose."),
+    max_buffer_rows: int = typer.Option(
+        50_000, "--max-buffer-rows", help="Rows kept in memory while the disk is unwritable; oldest dropped."),
+    host: str | None = HostOption,
+    simulate: str | None = SimulateOption,
+    simulate_hardware: str = HardwareOption,
+    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated workload."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs (every flush)."),
+) -> None:
+    """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM)."""
+    from gpuaudit.agent import log
+    from gpuaudit.agent.runner import Agent, AgentConfig
+
+    log.setup(verbose)
+    config = AgentConfig(root=data_path(data), interval_s=interval, flush_interval_s=flush_interval,
+                         duration_s=duration, once=once, host=host or "", max_buffer_rows=max_buffer_rows)
+    config.validate()
+    nvml, fake = _nvml(simulate, simulate_hardware, simulate_gpus, seed, interval, config.host)
+    extra = {"simulated": {"scenario": simulate, "hardware": simulate_hardware}} if fake else {}
+    agent = Agent(config, nvml, attributor=fake.attribution if fake else None, extra_status=extra)
+    agent.install_signal_handlers()
+    st = agent.run()
+    if st["buffered_rows"]:
+        from gpuaudit.errors import GpuauditError
+
+        raise GpuauditError(f"{st['buffered_rows']} rows could not be written to {config.root}: "
+                            f"{st['flush_error']}")
+
+
+@agent_app.command("status")
+@handle_errors
+def status(
+    data: Path | None = DataOption,
+    host: str | None = HostOption,
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    simulate: str | None = SimulateOption,
+    simulate_hardware: str = HardwareOption,
+    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
+) -> None:
+    """Devices found, which metrics they support (GPM or duty-cycle fallback), and the agent's last flush.
+    Exits 1 when NVML is unusable on this node."""
+    from gpuaudit.agent.status import collect, render
+
+    host = host or socket.gethostname()
+    nvml, _ = _nvml(simulate, simulate_hardware, simulate_gpus, 0, 1.0, host)
+    st = collect(data_path(data), host, nvml)
+    typer.echo(json.dumps(st, indent=2, default=str) if as_json else render(st))
+    if st["nvml_error"]:
+        raise typer.Exit(1)

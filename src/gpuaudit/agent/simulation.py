@@ -1,0 +1,69 @@
+"""`agent run --simulate`: the real sampler against the fake NVML, driven by a workload scenario.
+
+The load comes from `gpuaudit.workload.load_model` (the same job schedule the offline simulator uses), or
+from `static`, a constant load without numpy (what the overhead benchmark uses). Simulated processes
+have no /proc entry, so their attribution comes from the load model too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuaudit import fakenvml
+from gpuaudit.errors import GpuauditError
+
+STATIC = "static"
+
+
+def static_load(n_units: int) -> fakenvml.LoadFn:
+    """A fixed, busy-ish load: 40 % SM activity at 90 % duty cycle, one process per GPU."""
+    loads = [fakenvml.Load(sm_active=0.4, sm_occupancy=0.25, tensor_active=0.2, dram_active=0.3,
+                           duty_cycle=0.9, mem_util=0.35, mem_used_bytes=40 * 1024 * fakenvml.MIB,
+                           power_w=420.0, temp_c=61,
+                           processes=[fakenvml.ProcLoad(pid=4000 + i, user="sim", job_id=str(9000 + i),
+                                                        command="python train.py", sm_util=0.4)])
+             for i in range(n_units)]
+    return lambda t: loads
+
+
+def scenario_names() -> list[str]:
+    from gpuaudit.workload import SCENARIOS
+
+    return [*SCENARIOS, STATIC]
+
+
+def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: int = 0,
+               interval_s: float = 10.0, host: str = "") -> fakenvml.FakeNvml:
+    """A fake NVML whose GPUs run `scenario`. The integration grid is fine enough for the interval."""
+    try:
+        prof = fakenvml.profile(hardware, n_gpus)
+    except ValueError as e:
+        raise GpuauditError(str(e)) from None
+    n_units = sum(len(g.mig or [None]) for g in prof.gpus)
+    resolution_s = min(1.0, interval_s / 2)
+    if scenario == STATIC:
+        load = static_load(n_units)
+    else:
+        from gpuaudit.workload import SCENARIOS, load_model
+
+        if scenario not in SCENARIOS:
+            raise GpuauditError(f"unknown scenario {scenario!r}; known: {', '.join(scenario_names())}")
+        if n_units == 0:
+            load = static_load(0)
+        else:
+            model = load_model(scenario, n_units, seed)
+            load = _cached(model.at, resolution_s)
+    return fakenvml.FakeNvml(prof, load, clock=time.time, resolution_s=resolution_s, uuid_seed=host)
+
+
+def _cached(at: Any, resolution_s: float) -> fakenvml.LoadFn:
+    """The fake asks for each grid step once; this only guards against a repeat of the same step."""
+    last: list[Any] = [None, None]
+
+    def load(t: float) -> Any:
+        if last[0] != t:
+            last[0], last[1] = t, at(t)
+        return last[1]
+
+    return load

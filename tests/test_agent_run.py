@@ -1,0 +1,251 @@
+"""The agent's life cycle: timing and stamps, flush and shutdown, faults, unwritable disk, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from tests.helpers import REPO, run_cli
+
+from gpuaudit import fakenvml
+from gpuaudit.agent.runner import Agent, AgentConfig, Stamper
+from gpuaudit.agent.simulation import build_fake, static_load
+from gpuaudit.errors import GpuauditError
+from gpuaudit.nvml import Nvml
+from gpuaudit.store import open_dataset, read_json
+
+
+def _agent(root: Path, profile: str = "h100", *, n_gpus: int = 2, load=None, **cfg) -> Agent:
+    prof = fakenvml.profile(profile, n_gpus)
+    n_units = sum(len(g.mig or [None]) for g in prof.gpus)
+    fake = fakenvml.FakeNvml(prof, load or static_load(n_units), resolution_s=0.05)
+    config = AgentConfig(root=root, host="node-a", **{"interval_s": 0.1, "flush_interval_s": 0.3, **cfg})
+    return Agent(config, Nvml(fake), attributor=fake.attribution)
+
+
+def _samples(root: Path) -> list[tuple]:
+    with open_dataset(root) as ds:
+        assert ds.skipped == []
+        return ds.fetchall("SELECT gpu_uuid, mig_instance, ts, interval_s, sm_active FROM samples ORDER BY ts")
+
+
+# --- time stamps ----------------------------------------------------------------------------------------
+def test_stamper_survives_wall_clock_jumps() -> None:
+    wall, mono = [1_000_000.0], [50.0]
+    st = Stamper(wall=lambda: wall[0], mono=lambda: mono[0])
+    stamps = []
+    for step in range(6):
+        wall[0] += 10
+        mono[0] += 10
+        if step == 2:
+            wall[0] -= 3600  # NTP steps the clock an hour back
+        if step == 4:
+            wall[0] += 7200  # ... and two hours forward
+        stamps.append(st.stamp().timestamp())
+    assert all(b > a for a, b in itertools.pairwise(stamps))  # no duplicate, no reordering
+    assert stamps[2] - stamps[1] == pytest.approx(10.0)  # backwards jump: follows the monotonic clock
+    assert stamps[4] - stamps[3] > 3600  # forward jump: follows the wall clock, nothing dropped
+
+
+def test_stamper_continues_after_a_previous_run() -> None:
+    after = datetime(2030, 1, 1, tzinfo=UTC)  # the previous run's last stamp is in our future
+    st = Stamper(after)
+    assert st.stamp() > after
+
+
+# --- runs -------------------------------------------------------------------------------------------------
+def test_run_writes_interval_averages_and_status(tmp_path: Path) -> None:
+    agent = _agent(tmp_path, duration_s=1.0)
+    st = agent.run()
+    rows = _samples(tmp_path)
+    assert st["buffered_rows"] == 0 and st["rows_written"] > 0
+    per_gpu = {}
+    for uuid, _, _, interval_s, sm in rows:
+        per_gpu.setdefault(uuid, []).append(interval_s)
+        assert sm == pytest.approx(0.4)
+    assert len(per_gpu) == 2
+    for intervals in per_gpu.values():
+        assert 7 <= len(intervals) <= 11
+        assert sum(intervals) == pytest.approx(1.0, abs=0.25)
+    status = read_json(tmp_path, "agent-status-node-a.json")
+    assert status["last_flush"] and status["devices"][0]["path"] == "gpm"
+
+
+def test_restart_continues_without_duplicates(tmp_path: Path) -> None:
+    _agent(tmp_path, duration_s=0.5).run()
+    first = _samples(tmp_path)
+    _agent(tmp_path, duration_s=0.5).run()
+    both = _samples(tmp_path)
+    keys = [(u, m, ts) for u, m, ts, _, _ in both]
+    assert len(keys) == len(set(keys)) and len(both) > len(first)
+    assert min(ts for _, _, ts, _, _ in both[len(first):]) > max(ts for _, _, ts, _, _ in first)
+
+
+def test_overrun_is_recorded_not_hidden(tmp_path: Path) -> None:
+    base = static_load(1)
+    slow = {"done": False}
+
+    def load(t: float):
+        if not slow["done"] and time.time() > agent.started.timestamp() + 0.35:
+            slow["done"] = True
+            time.sleep(0.45)  # the sampler is stuck for four ticks
+        return base(t)
+
+    agent = _agent(tmp_path, n_gpus=1, load=load, duration_s=1.5)
+    st = agent.run()
+    assert st["overruns"] >= 1
+    intervals = [r[3] for r in _samples(tmp_path)]
+    assert max(intervals) >= 0.4  # the late row says how long it really covered
+    assert sum(intervals) == pytest.approx(1.5, abs=0.3)  # nothing double counted
+
+
+def test_driver_reload_reinitialises_with_a_visible_gap(tmp_path: Path) -> None:
+    prof = fakenvml.profile("h100", 2)
+    prof.faults.append(fakenvml.Fault("Uninitialized", start_s=0.5, end_s=1.3))
+    fake = fakenvml.FakeNvml(prof, static_load(2), resolution_s=0.05)
+    agent = Agent(AgentConfig(root=tmp_path, host="n", interval_s=0.1, flush_interval_s=0.5, duration_s=2.5),
+                  Nvml(fake), attributor=fake.attribution)
+    agent.run()
+    assert fake.init_calls >= 2
+    ts = sorted({r[2].timestamp() for r in _samples(tmp_path)})
+    gaps = [b - a for a, b in itertools.pairwise(ts)]
+    assert max(gaps) >= 0.7  # the outage shows as missing intervals
+    assert ts[-1] - ts[0] >= 1.8  # and sampling resumed after it
+
+
+@pytest.mark.parametrize("fork_writer", [True, False])
+def test_unwritable_data_dir_keeps_sampling_bounded_then_recovers(tmp_path: Path, caplog,
+                                                                  fork_writer: bool) -> None:
+    caplog.set_level(logging.INFO, logger="gpuaudit")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a regular file where a directory should be (root ignores chmod)")
+    root = blocker / "data"
+    agent = _agent(root, duration_s=2.0, max_buffer_rows=20, fork_writer=fork_writer)
+
+    def fix() -> None:
+        time.sleep(1.2)
+        blocker.unlink()
+        blocker.mkdir()
+
+    fixer = threading.Thread(target=fix)
+    fixer.start()
+    st = agent.run()
+    fixer.join()
+    assert st["dropped_rows"] > 0  # 2 GPUs x 10 Hz x 1.2 s of samples+processes rows > 20
+    assert st["buffered_rows"] == 0 and st["flush_error"] is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("event=flush_failed" in m and "Not a directory" in m for m in messages)
+    assert sum("event=buffer_full" in m for m in messages) == 1  # rate-limited, not one per interval
+    assert any("event=flush_recovered" in m for m in messages)
+    rows = _samples(root)
+    assert 0 < len(rows) <= 20 + 2 * 10 * 1.0  # bounded buffer, then everything after recovery
+    assert len({(r[0], r[2]) for r in rows}) == len(rows)
+
+
+def test_zero_devices_runs_and_writes_nothing(tmp_path: Path) -> None:
+    st = _agent(tmp_path, "zero-devices", once=True).run()
+    assert st["devices"] == [] and st["rows_written"] == 0
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(GpuauditError, match="--interval"):
+        AgentConfig(root=Path("x"), interval_s=0).validate()
+    with pytest.raises(GpuauditError, match="--duration"):
+        AgentConfig(root=Path("x"), duration_s=-1).validate()
+
+
+def test_simulated_workload_attribution(tmp_path: Path) -> None:
+    fake = build_fake("steady-training", n_gpus=8, interval_s=0.2)
+    agent = Agent(AgentConfig(root=tmp_path, host="sim", interval_s=0.2, duration_s=1.0), Nvml(fake),
+                  attributor=fake.attribution)
+    agent.run()
+    with open_dataset(tmp_path) as ds:
+        n, users = ds.fetchall("SELECT count(*), count(user) FROM processes")[0]
+        s = ds.fetchall("SELECT count(*), count(sm_active), max(n_processes) FROM samples")[0]
+    assert s[0] >= 8 * 3 and s[1] == s[0]
+    assert n >= 1 and users == n  # the load model's users come through the attribution seam
+
+
+# --- the CLI -------------------------------------------------------------------------------------------
+def test_cli_simulate_phantom_writes_readable_data(tmp_path: Path) -> None:
+    r = run_cli("agent", "run", "--simulate", "phantom", "--duration", "3", "--interval", "1",
+                "--data", str(tmp_path), "--host", "sim-node", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "event=start" in r.stderr and "event=stop" in r.stderr
+    with open_dataset(tmp_path) as ds:
+        n, hosts, gpus, src = ds.fetchall(
+            "SELECT count(*), count(DISTINCT host), count(DISTINCT gpu_uuid), min(source) FROM samples")[0]
+    assert n >= 16 and hosts == 1 and gpus == 8 and src == "nvml-gpm"
+    st = run_cli("agent", "status", "--simulate", "phantom", "--data", str(tmp_path), "--host", "sim-node")
+    assert st.returncode == 0, st.stderr
+    assert "8 device(s)" in st.stdout and "last flush:" in st.stdout and "via gpm" in st.stdout
+
+
+def test_cli_status_without_nvml_exits_1(tmp_path: Path) -> None:
+    r = run_cli("agent", "status", "--simulate", "static", "--simulate-hardware", "library-missing",
+                "--data", str(tmp_path))
+    assert r.returncode == 1
+    assert "unavailable: NVML library not found" in r.stdout
+    assert "no status file yet" in r.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--simulate", "no-such-scenario"], "unknown scenario"),
+    (["--simulate", "static", "--simulate-hardware", "driver-mismatch"], "different versions"),
+    (["--simulate", "static", "--interval", "-1"], "--interval must be > 0"),
+])
+def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    r = run_cli("agent", "run", "--once", "--data", str(tmp_path), *args)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("gpuaudit: error:")
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_flushes_and_exits_0(tmp_path: Path, sig: signal.Signals) -> None:
+    log_path = tmp_path / "stderr.log"
+    with log_path.open("w") as log_file:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "gpuaudit", "agent", "run", "--simulate", "static", "--simulate-gpus", "2",
+             "--interval", "0.2", "--flush-interval", "600", "--data", str(tmp_path / "d"), "--host", "h"],
+            stderr=log_file, cwd=REPO, env={**os.environ})
+        deadline = time.time() + 30
+        while time.time() < deadline and "event=devices" not in log_path.read_text():
+            assert p.poll() is None
+            time.sleep(0.05)
+        time.sleep(1.0)  # a few intervals, none flushed yet (flush interval 600 s)
+        assert not (tmp_path / "d" / "gpu_samples").exists()
+        p.send_signal(sig)
+        p.wait(timeout=30)
+    err = log_path.read_text()
+    assert p.returncode == 0, err
+    assert f"signal={sig.name}" in err
+    assert len(_samples(tmp_path / "d")) >= 2 * 4  # all of them came from the final flush
+
+
+def test_cli_once_on_mig_hardware_and_status_json(tmp_path: Path) -> None:
+    r = run_cli("agent", "run", "--once", "--interval", "0.5", "--simulate", "static", "--simulate-hardware", "mig",
+                "--simulate-gpus", "2", "--data", str(tmp_path), "--host", "mig-node")
+    assert r.returncode == 0, r.stderr
+    with open_dataset(tmp_path) as ds:
+        rows = ds.fetchall("SELECT gpu_index, mig_instance, mig_profile, gpu_fraction FROM samples "
+                           "ORDER BY gpu_index, mig_instance")
+    assert [(g, m, p) for g, m, p, _ in rows] == [
+        (0, 1, "3g.40gb"), (0, 5, "2g.20gb"), (0, 13, "1g.10gb"), (0, 14, "1g.10gb"), (1, None, None)]
+    assert sum(f for g, _, _, f in rows if g == 0) == pytest.approx(1.0)
+    st = run_cli("agent", "status", "--json", "--simulate", "static", "--simulate-hardware", "mig",
+                 "--simulate-gpus", "2", "--data", str(tmp_path), "--host", "mig-node")
+    assert st.returncode == 0, st.stderr
+    doc = json.loads(st.stdout)
+    assert doc["nvml_error"] is None and len(doc["devices"]) == 5
+    assert doc["agent"]["rows_written"] == 5 + 5  # one interval: 5 sample rows, 5 process rows
