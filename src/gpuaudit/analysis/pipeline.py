@@ -145,13 +145,17 @@ def _decision(caveat: str, fired, inputs: DecisionInputs, tr, cheapest: str, blo
         caveats.append(f"provisional: the trial covers {tr.days:.1f} days (< 90); re-run on a longer trial")
     if upper:
         caveats.append("real utilization is an upper bound (duty cycle stood in for SM activity)")
-    verbs = {
-        Branch.CLOUD: "move to the cloud",
-        Branch.HYBRID: "go hybrid: keep the steady base on-prem and burst to the cloud",
-        Branch.ON_PREM: "on-prem",
+    # What the reader should do, per rule (the rule id and its figures are shown next to the headline).
+    advice = {
+        "low-utilization": "move to the cloud",
+        "mid-utilization": "go hybrid — own the steady base, burst the rest to the cloud",
+        "high-utilization": "on-prem may pay — check egress costs first",
+        "high-utilization-latency": "on-prem (latency-sensitive)",
     }
-    headline = (f"Real utilization is {inputs.real_utilization:.1%}: {verbs[fired.branch]} "
-                f"(rule {fired.id}).")
+    if fired.id in advice:
+        headline = f"Real utilization is {inputs.real_utilization:.1%}: {advice[fired.id]}."
+    else:
+        headline = f"{fired.description} (real utilization {inputs.real_utilization:.1%})"
     return Decision(
         branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=tr.provisional,
         reevaluate_on=tr.reevaluate_on, cheapest_scenario=cheapest,
