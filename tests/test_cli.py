@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 import typer.main
+from tests.helpers import REPO, run_cli
 
 from gpuaudit import __version__, schema
 from gpuaudit.cli import app
-from tests.helpers import REPO, run_cli
 
 
 def _commands() -> list[tuple[str, Any]]:

@@ -10,10 +10,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from gpuaudit import schema, store
 from tests.helpers import REPO
 from tests.test_store import samples_frame
+
+from gpuaudit import schema, store
 
 
 @pytest.fixture(scope="module")

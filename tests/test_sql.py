@@ -7,10 +7,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-from gpuaudit import schema, store
 from tests.helpers import REPO, run_cli
 from tests.test_store import samples_frame
+
+from gpuaudit import schema, store
 
 
 @pytest.fixture
@@ -31,7 +31,8 @@ def test_csv_json_parquet_outputs(data: Path, tmp_path: Path) -> None:
     csv = run_cli("sql", "-d", str(data), q, "--format", "csv")
     assert csv.stdout.splitlines()[0] == '"host","s"' and len(csv.stdout.splitlines()) == 3
     js = json.loads(run_cli("sql", "-d", str(data), q, "--format", "json").stdout)
-    assert [r["host"] for r in js] == ["node-a", "node-b"] and js[0]["s"] == pytest.approx(120.0, rel=1e-4)  # node-a: 0, .2, .4, .6, .8 x 60
+    assert [r["host"] for r in js] == ["node-a", "node-b"]
+    assert js[0]["s"] == pytest.approx(120.0, rel=1e-4)  # node-a: 0, .2, .4, .6, .8, 60 times each
     out = tmp_path / "r.parquet"
     assert run_cli("sql", "-d", str(data), q, "--format", "parquet", "--out", str(out)).returncode == 0
     assert duckdb.sql(f"SELECT count(*) FROM '{out}'").fetchall() == [(2,)]
