@@ -25,6 +25,25 @@ DataOption = typer.Option(
 )
 
 
+# The analysis inputs shared by `gpuaudit analyze` and `gpuaudit report`.
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="Cost and decision settings (TOML); unknown keys are an error.", dir_okay=False
+)
+PresetOption = typer.Option(
+    None, "--preset", help="Base settings: default, or article (the reference article's cost model)."
+)
+LatencyOption = typer.Option(
+    False, "--latency-sensitive", help="Workloads need low latency to on-prem systems (decision input)."
+)
+ResidencyOption = typer.Option(
+    False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."
+)
+EgressOption = typer.Option(
+    None, "--egress-gb-per-week", help="Data moved out of the cloud per week, GB (default: from config)."
+)
+CurrentOption = typer.Option("on-prem", "--current", help="Where the fleet runs today: on-prem or cloud.")
+
+
 def data_path(value: Path | None) -> Path:
     from gpuaudit.store import data_root
 

@@ -7,30 +7,31 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
+from gpuaudit.cli._common import (
+    ConfigOption,
+    CurrentOption,
+    DataOption,
+    EgressOption,
+    LatencyOption,
+    PresetOption,
+    ResidencyOption,
+    data_path,
+    fail,
+    handle_errors,
+)
 
 
 @app.command("analyze")
 @handle_errors
 def analyze_cmd(
     data: Path | None = DataOption,
-    config: Path | None = typer.Option(
-        None, "--config", "-c", help="Cost and decision settings (TOML); unknown keys are an error.", dir_okay=False
-    ),
-    preset: str | None = typer.Option(
-        None, "--preset", help="Base settings: default, or article (the reference article's cost model)."
-    ),
+    config: Path | None = ConfigOption,
+    preset: str | None = PresetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON (stable keys)."),
-    latency_sensitive: bool = typer.Option(
-        False, "--latency-sensitive", help="Workloads need low latency to on-prem systems (decision input)."
-    ),
-    data_residency: bool = typer.Option(
-        False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."
-    ),
-    egress_gb_per_week: float | None = typer.Option(
-        None, "--egress-gb-per-week", help="Data moved out of the cloud per week, GB [default: from config]."
-    ),
-    current: str = typer.Option("on-prem", "--current", help="Where the fleet runs today: on-prem or cloud."),
+    latency_sensitive: bool = LatencyOption,
+    data_residency: bool = ResidencyOption,
+    egress_gb_per_week: float | None = EgressOption,
+    current: str = CurrentOption,
 ) -> None:
     """Analyze the dataset: real vs runtime-hour utilization, the cloud / hybrid / on-prem decision, costs.
 

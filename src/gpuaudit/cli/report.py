@@ -8,12 +8,19 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.cli._common import (
+    ConfigOption,
+    CurrentOption,
+    DataOption,
+    EgressOption,
+    LatencyOption,
+    PresetOption,
+    ResidencyOption,
+    data_path,
+    handle_errors,
+)
 
 OutOption = typer.Option(Path("gpuaudit-report"), "--out", "-o", help="Directory to write the report into.")
-ConfigOption = typer.Option(
-    None, "--config", "-c", help="Cost and decision settings (TOML), as for `gpuaudit analyze`.", dir_okay=False
-)
 
 
 @app.command("report")
@@ -25,19 +32,11 @@ def report_cmd(
     format: str = typer.Option("html,md,json", "--format", "-f",
                                help="Comma-separated formats: html (one self-contained file), md "
                                     "(Markdown + SVG charts), json (the analyzer's result)."),
-    preset: str | None = typer.Option(
-        None, "--preset", help="Base settings: default, or article (the reference article's cost model)."
-    ),
-    latency_sensitive: bool = typer.Option(
-        False, "--latency-sensitive", help="Workloads need low latency to on-prem systems (decision input)."
-    ),
-    data_residency: bool = typer.Option(
-        False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."
-    ),
-    egress_gb_per_week: float | None = typer.Option(
-        None, "--egress-gb-per-week", help="Data moved out of the cloud per week, GB [default: from config]."
-    ),
-    current: str = typer.Option("on-prem", "--current", help="Where the fleet runs today: on-prem or cloud."),
+    preset: str | None = PresetOption,
+    latency_sensitive: bool = LatencyOption,
+    data_residency: bool = ResidencyOption,
+    egress_gb_per_week: float | None = EgressOption,
+    current: str = CurrentOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
 ) -> None:
     """Write the audit report (HTML, Markdown, JSON) for a dataset, and print a short summary.
