@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -50,7 +51,20 @@ def fmt(v: object) -> str:
     return str(v)
 
 
+def area_child(module_name: str, work: Path, out_json: Path, quick: bool) -> int:
+    sys.path.insert(0, str(HERE))
+    try:
+        figures = importlib.import_module(module_name).run(work, quick)
+    except Exception:  # reported by the parent; the other areas still run
+        traceback.print_exc()
+        return 1
+    out_json.write_text(json.dumps(figures, default=str), encoding="utf-8")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) >= 5 and sys.argv[1] == "--area-child":
+        return area_child(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), "--quick" in sys.argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     ap.add_argument("--only", default="", help="comma-separated areas: " + ",".join(AREAS))
@@ -71,15 +85,17 @@ def main() -> int:
         shutil.rmtree(area_work, ignore_errors=True)
         area_work.mkdir(parents=True)
         t0 = time.perf_counter()
-        try:
-            figures = importlib.import_module(module_name).run(area_work, args.quick)
-        except Exception:  # one broken benchmark must not hide the others' figures
-            failed = True
-            err = traceback.format_exc()
-            print(err, file=sys.stderr)
-            sections.append(f"## {area}\n\nFAILED:\n\n```\n{err[-2000:]}\n```\n")
-            continue
+        # Each area in its own process: one area's memory never inflates another's RSS figures (Linux
+        # carries a parent's peak RSS into its children's ru_maxrss).
+        out_json = area_work / "figures.json"
+        proc = subprocess.run([sys.executable, __file__, "--area-child", module_name, str(area_work), str(out_json)]
+                              + (["--quick"] if args.quick else []), cwd=HERE.parent)
         elapsed = time.perf_counter() - t0
+        if proc.returncode != 0 or not out_json.exists():
+            failed = True
+            sections.append(f"## {area}\n\nFAILED (exit {proc.returncode}); see the output above.\n")
+            continue
+        figures = json.loads(out_json.read_text())
         raw[area] = figures
         rows = ["| figure | value | baseline | baseline value | ratio | target | met | note |",
                 "|---|---|---|---|---|---|---|---|"]

@@ -104,8 +104,7 @@ def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | Non
     enough for property tests."""
     import duckdb
 
-    from gpuaudit.analysis.rollup import split_rollup
-    from gpuaudit.resources import load_sql
+    from gpuaudit.analysis.rollup import rollups_from
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
@@ -117,6 +116,4 @@ def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | Non
         else:
             select = schema.empty_select(table)
         con.execute(f"CREATE VIEW {view} AS {select}")
-    both = con.sql(load_sql("analysis_rollup")).pl()
-    holders = con.sql(load_sql("analysis_holders")).pl()
-    return split_rollup(both, holders)
+    return rollups_from(lambda sql: con.sql(sql).pl())

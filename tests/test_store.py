@@ -257,3 +257,11 @@ def test_files_are_sorted_and_presorted_input_writes_the_same_rows(tmp_path: Pat
     q = "SELECT * EXCLUDE (date) FROM samples ORDER BY host, ts"
     a = store.open_dataset(tmp_path / "shuffled").query(q)
     assert a.equals(store.open_dataset(tmp_path / "presorted").query(q)) and a.height == 600
+
+
+def test_duty_cycle_only_sources_cannot_carry_sm_active(tmp_path: Path) -> None:
+    df = samples_frame(10).with_columns(source=pl.lit(schema.SOURCE_NVML))
+    with pytest.raises(GpuauditError, match="duty-cycle-only source"):
+        store.write_table(tmp_path, schema.SAMPLES, df)
+    store.write_table(tmp_path, schema.SAMPLES, df.with_columns(sm_active=pl.lit(None, dtype=pl.Float32)))
+    assert store.open_dataset(tmp_path).fetchall("SELECT count(*), count(sm_active) FROM samples") == [(10, 0)]

@@ -29,6 +29,9 @@ SOURCE_NVML = "nvml"  # duty cycle only: sm_active is null, analyzer uses duty_c
 SOURCE_PROM_DCGM = "prometheus-dcgm"  # DCGM profiling metrics (SM_ACTIVE) via Prometheus
 SOURCE_PROM_DCGM_UTIL = "prometheus-dcgm-util"  # only DCGM_FI_DEV_GPU_UTIL: upper bound like `nvml`
 SOURCE_SIMULATED = "simulated"
+# Sources that cannot measure SM activity: their rows have sm_active NULL (the writer enforces it), and
+# readers fall back to duty_cycle there, flagged as an upper bound.
+DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, SOURCE_PROM_DCGM_UTIL)
 
 
 @dataclass(frozen=True)

@@ -172,8 +172,16 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: str, present: Sequence[
     if cast:  # the other columns: converted and counted only so that a bad value raises
         checked = set(names)
         checks += [f"count({ref(c)})" for c in cols if c.name in present and c.name not in checked]
+    # Readers take a null sm_active as "not measured": a duty-cycle-only source must not carry one.
+    duty_only = table == schema.SAMPLES and {"source", "sm_active"} <= set(present)
+    if duty_only:
+        listed = ", ".join(_sql_str(x) for x in schema.DUTY_CYCLE_ONLY_SOURCES)
+        checks.append(f"count(*) FILTER (WHERE source IN ({listed}) AND sm_active IS NOT NULL)")
     counts = con.execute(f"SELECT {', '.join(checks)} FROM {source}").fetchone()
     assert counts is not None
+    if duty_only and counts[-1]:
+        raise GpuauditError(f"write_table({table}): {counts[-1]} rows of a duty-cycle-only source "
+                            f"({', '.join(schema.DUTY_CYCLE_ONLY_SOURCES)}) carry sm_active; it must be null")
     for name, n, i in zip(names, counts, range(len(names)), strict=False):
         if n:
             what = "null values in required column" if i < len(names) - len(frac) else "values outside 0-1 in"
