@@ -24,6 +24,8 @@ from typing import Any
 
 import pynvml as _real
 
+from gpuaudit.workload import GpuLoad, ProcessLoad
+
 # Constants, exception classes and structs are the real ones.
 for _name in dir(_real):
     if _name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlMemory_v", "struct_c_nvml")):
@@ -33,34 +35,9 @@ NVMLError = _real.NVMLError
 MIB = 1024 * 1024
 
 
-@dataclass
-class ProcLoad:
-    """One process on a simulated GPU (same shape as gpuaudit.workload.ProcessLoad)."""
-
-    pid: int
-    uid: int | None = 1000
-    user: str | None = "alice"
-    job_id: str | None = None
-    command: str | None = "python train.py"
-    mem_used_bytes: int = 1024 * MIB
-    sm_util: float | None = None
-
-
-@dataclass
-class Load:
-    """Instantaneous state of one GPU or MIG instance (same shape as gpuaudit.workload.GpuLoad)."""
-
-    sm_active: float = 0.0
-    sm_occupancy: float = 0.0
-    tensor_active: float = 0.0
-    dram_active: float = 0.0
-    duty_cycle: float = 0.0
-    mem_util: float = 0.0
-    mem_used_bytes: int = 0
-    mem_total_bytes: int = 80 * 1024 * MIB
-    power_w: float = 70.0
-    temp_c: int = 35
-    processes: list[Any] = field(default_factory=list)
+# The simulated GPU state is the load model's own type (one definition for both).
+Load = GpuLoad
+ProcLoad = ProcessLoad
 
 
 LoadFn = Callable[[float], Sequence[Any]]  # t (seconds on the fake's clock) -> one Load per unit

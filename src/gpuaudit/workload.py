@@ -313,15 +313,20 @@ def default_start(days: float, now: datetime | None = None) -> datetime:
 # ------------------------------------------------------------------------------------------ the load model
 
 
+# One process and one GPU at an instant. The single definition for the load model and for the fake NVML
+# (which scripts loads by hand in tests, hence the defaults: an idle H100, a small training process).
+_MIB = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ProcessLoad:
     pid: int
-    uid: int
-    user: str | None
-    job_id: str | None
-    command: str
-    mem_used_bytes: int
-    sm_util: float
+    uid: int | None = 1000
+    user: str | None = "alice"
+    job_id: str | None = None
+    command: str | None = "python train.py"
+    mem_used_bytes: int = 1024 * _MIB
+    sm_util: float | None = None
     k8s_namespace: str | None = None
     k8s_pod: str | None = None
     container: str | None = None
@@ -329,16 +334,16 @@ class ProcessLoad:
 
 @dataclass(frozen=True)
 class GpuLoad:
-    sm_active: float
-    sm_occupancy: float
-    tensor_active: float
-    dram_active: float
-    duty_cycle: float
-    mem_util: float
-    mem_used_bytes: int
-    mem_total_bytes: int
-    power_w: float
-    temp_c: int
+    sm_active: float = 0.0
+    sm_occupancy: float = 0.0
+    tensor_active: float = 0.0
+    dram_active: float = 0.0
+    duty_cycle: float = 0.0
+    mem_util: float = 0.0
+    mem_used_bytes: int = 0
+    mem_total_bytes: int = 80 * 1024 * _MIB
+    power_w: float = 70.0
+    temp_c: int = 35
     processes: list[ProcessLoad] = field(default_factory=list)
 
 
