@@ -116,4 +116,11 @@ def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | Non
         else:
             select = schema.empty_select(table)
         con.execute(f"CREATE VIEW {view} AS {select}")
-    return rollups_from(lambda sql: con.sql(sql).pl())
+    class _Engine:
+        def materialize(self, name: str, sql: str) -> None:
+            con.execute(f"CREATE TEMP TABLE {name} AS {sql}")
+
+        def query(self, sql: str) -> Any:
+            return con.sql(sql).pl()
+
+    return rollups_from(_Engine())

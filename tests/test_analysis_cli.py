@@ -27,7 +27,9 @@ def test_json_end_to_end(root) -> None:  # type: ignore[no-untyped-def]
     r = _json("--data", str(root))
     assert r["utilization"]["real_utilization"]["value"] == pytest.approx(0.7, rel=1e-6)
     assert r["decision"]["branch"] == "hybrid" and r["decision"]["rule"]["id"] == "mid-utilization"
-    assert r["costs"]["preset"] == "default" and len(r["costs"]["scenarios"]) == 5
+    assert r["costs"]["preset"] == "default" and len(r["costs"]["scenarios"]) == 7
+    assert r["decision"]["recommendation"] in ("cloud", "hybrid", "on-prem")
+    assert r["decision"]["confidence"]["level"] in ("low", "medium", "high")
 
 
 def test_flags_and_current(root) -> None:  # type: ignore[no-untyped-def]
@@ -50,13 +52,16 @@ def test_env_var_and_article_preset(root) -> None:  # type: ignore[no-untyped-de
 def test_text_summary(root) -> None:  # type: ignore[no-untyped-def]
     proc = run_cli("analyze", "--data", str(root))
     assert proc.returncode == 0, proc.stderr
-    assert "real utilization" in proc.stdout and "decision: HYBRID" in proc.stdout
+    assert "real utilization" in proc.stdout and "rule mid-utilization → hybrid" in proc.stdout
+    assert "recommendation: " in proc.stdout and "(confidence " in proc.stdout
     assert "cheapest" in proc.stdout
 
 
 @pytest.mark.parametrize(
     ("toml", "needle"),
-    [('[cloud]\nspot_multiplier = "abc"', 'config error: cloud.spot_multiplier must be a number >= 0, got "abc"'),
+    [('[cloud]\nspot_multiplier = "abc"', 'config error: cloud.spot_multiplier must be a number >= 0 and <= 100, '
+                                          'got "abc"'),
+     ("[on_prem]\nhardware_usd_per_gpu = 1e300", "on_prem.hardware_usd_per_gpu must be a number >= 0 and <= 1e+12"),
      ("[cloud]\nbogus = 1", "unknown key cloud.bogus"),
      ("[on_prem]\nstaff_usd_per_month = -5", "on_prem.staff_usd_per_month must be a number >= 0")],
 )
@@ -88,12 +93,12 @@ def test_bad_current_and_negative_egress(root) -> None:  # type: ignore[no-untyp
     proc = run_cli("analyze", "--data", str(root), "--current", "moon")
     assert proc.returncode == 2 and "--current must be one of on-prem, cloud" in proc.stderr
     proc = run_cli("analyze", "--data", str(root), "--egress-gb-per-week", "-1")
-    assert proc.returncode == 2 and "--egress-gb-per-week must be a number >= 0" in proc.stderr
+    assert proc.returncode == 2 and "--egress-gb-per-week must be a number between 0 and 1e12" in proc.stderr
 
 
 def test_help_documents_the_options() -> None:
     proc = run_cli("analyze", "--help")
     assert proc.returncode == 0
     for opt in ("--data", "--config", "--json", "--latency-sensitive", "--data-residency", "--egress-gb-per-week",
-                "--current", "--preset"):
+                "--current", "--preset", "--fleet-gpus"):
         assert opt in proc.stdout

@@ -208,7 +208,7 @@ def test_to_dict_is_plain_json_with_stable_keys(fleet) -> None:  # type: ignore[
                        "utilization", "breakdowns", "data_quality", "decision", "costs", "break_even", "hybrid",
                        "sensitivity", "confidence", "assumptions", "warnings"]
     fig = d["utilization"]["real_utilization"]
-    assert set(fig) == {"value", "unit", "formula", "source", "definition", "upper_bound"}
+    assert set(fig) == {"value", "unit", "formula", "source", "definition", "upper_bound", "lower_bound"}
     assert isinstance(d["breakdowns"]["per_user"]["rows"], list)
     assert d["trial"]["start"] == "2026-03-02T00:00:00Z"
 
@@ -247,7 +247,7 @@ def test_docs_list_every_result_field() -> None:
         f"{cls.__name__}.{f.name}"
         for cls in (R.AnalysisResult, R.Trial, R.Utilization, R.Breakdowns, R.DataQuality, R.Decision, R.RuleFired,
                     R.Condition, R.DecisionInputs, R.Costs, R.Scenario, R.BreakEven, R.HybridSizing, R.Sensitivity,
-                    R.Confidence, R.Interval, R.Assumption)
+                    R.Confidence, R.Interval, R.Assumption, R.ConfidenceLevel)
         for f in dataclasses.fields(cls)
         if f"`{f.name}`" not in docs
     ]

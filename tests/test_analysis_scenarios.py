@@ -1,5 +1,6 @@
-"""End to end: `gpuaudit analyze --json` (a subprocess, as a user runs it) on each simulated scenario lands
-on the scenario's documented ground truth and branch, and on the exact figures the simulator generated."""
+"""End to end: `gpuaudit analyze --json` (a subprocess, as a user runs it, for one of them) on each simulated
+scenario lands on the scenario's documented ground truth and branch, and on the exact figures the simulator
+generated."""
 
 from __future__ import annotations
 
@@ -28,13 +29,18 @@ SIZES = {
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:  # type: ignore[type-arg]
+    from gpuaudit.analysis import analyze
+
     out = {}
     for name, (gpus, days, interval) in SIZES.items():
         root = tmp_path_factory.mktemp(name)
         sim.simulate(root, name, gpus, days, interval, seed=1, start=START)
-        proc = run_cli("analyze", "--data", str(root), "--json")
-        assert proc.returncode == 0, proc.stderr
-        out[name] = root, json.loads(proc.stdout)
+        if name == "phantom":  # one as a user runs it; the others in this process (the same code, faster)
+            proc = run_cli("analyze", "--data", str(root), "--json")
+            assert proc.returncode == 0, proc.stderr
+            out[name] = root, json.loads(proc.stdout)
+        else:
+            out[name] = root, json.loads(json.dumps(analyze(root).to_dict()))
     return out
 
 

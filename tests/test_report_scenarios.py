@@ -23,13 +23,13 @@ def test_every_scenario_renders(scenario: str, tmp_path: Path) -> None:
     html = written.files["html"].read_text()
     md = written.files["md"].read_text()
     verdict = written.report.verdict
-    assert verdict.branch == result.decision.branch.value
+    assert verdict.branch == result.decision.recommendation
     # The verdict box comes first, before any section.
     assert html.index(f'class="verdict {verdict.branch}"') < html.index('id="believed-vs-real"')
     assert md.index("## Recommendation") < md.index("## 1. Believed vs real utilization")
     assert len(written.report.sections) == 7
     assert {c.name for c in written.report.charts()} >= {"utilization", "hour-of-week", "demand", "costs",
                                                          "sensitivity"}
-    assert json.loads(written.files["json"].read_text())["decision"]["branch"] == verdict.branch
+    assert json.loads(written.files["json"].read_text())["decision"]["recommendation"] == verdict.branch
     assert verdict.provisional  # 3 days < 90: the report must say so
     assert "PROVISIONAL" in html and "(provisional)" in md

@@ -8,6 +8,7 @@ and seed always give the same intervals.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -28,30 +29,84 @@ def daily(gpu_hours: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: int, level: float) -> Confidence:
+def resample_index(n_days: int, resamples: int, seed: int) -> np.ndarray:
+    """The days drawn by each resample (resamples × n_days): the utilization and the cost bootstraps share it."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_days, size=(resamples, n_days))
+
+
+def _interval(point: float, draws: np.ndarray, level: float) -> Interval:
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        return Interval(point, point, point)
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = (float(v) for v in np.percentile(draws, [tail, 100 - tail]))
+    return Interval(point, lo, hi)
+
+
+@dataclass(frozen=True)
+class CostSample:
+    """Scenario totals per resample (from scenarios.cost_draws, drawn with the same `resample_index`)."""
+
+    ids: list[str]
+    draws: np.ndarray  # resamples × scenarios
+    point: np.ndarray  # the point estimate's totals
+    allowed: np.ndarray  # may be the cheapest (data residency forbids renting ones)
+    owning: np.ndarray  # owning scenarios to compare all-cloud with
+    cheapest: str
+
+
+def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: int, level: float,
+              costs: CostSample | None = None) -> Confidence:
+    """Utilization intervals and the tree's flip share; with `costs`, also the interval of all-cloud − the
+    cheapest owning scenario and how often each scenario is the cheapest."""
     w = days["observed_s"].to_numpy().astype(float)
     r = days["held_s"].to_numpy().astype(float)
     s = days["real_s"].fill_null(0).to_numpy().astype(float)
     point_real, point_runtime = float(s.sum() / w.sum()), float(r.sum() / w.sum())
     base = branch_for(point_real, inputs)
     n = len(w)
+    diff_point, cheap_point = 0.0, ""
+    if costs is not None:
+        cheap_point = costs.cheapest
+        diff_point = float(_cloud_minus_own(costs.point[None, :], costs.ids, costs.owning)[0])
     if resamples == 0 or n == 0:
         return Confidence(METHOD, 0, seed, level, n, Interval(point_real, point_real, point_real),
-                          Interval(point_runtime, point_runtime, point_runtime), 0.0, {str(base): 1.0})
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(resamples, n))
+                          Interval(point_runtime, point_runtime, point_runtime), 0.0, {str(base): 1.0},
+                          Interval(diff_point, diff_point, diff_point), {cheap_point: 1.0} if cheap_point else {},
+                          0.0)
+    idx = resample_index(n, resamples, seed)
     ws = w[idx].sum(axis=1)
     ws[ws <= 0] = np.nan  # a resample of only empty days says nothing
     real = s[idx].sum(axis=1) / ws
     runtime = r[idx].sum(axis=1) / ws
-    real, runtime = real[np.isfinite(real)], runtime[np.isfinite(runtime)]
-    tail = (1.0 - level) / 2 * 100
-    counts = Counter(str(branch_for(float(x), inputs)) for x in real)
-    total = max(1, len(real))
+    finite = real[np.isfinite(real)]
+    counts = Counter(str(branch_for(float(x), inputs)) for x in finite)
+    total = max(1, len(finite))
+    diff = Interval(diff_point, diff_point, diff_point)
+    shares: dict[str, float] = {}
+    cheap_flip = 0.0
+    if costs is not None:
+        ok = np.all(np.isfinite(costs.draws), axis=1)
+        draws = costs.draws[ok]
+        diff = _interval(diff_point, _cloud_minus_own(draws, costs.ids, costs.owning), level)
+        masked = np.where(costs.allowed[None, :], np.round(draws, 2), np.inf)
+        winners = Counter(costs.ids[int(i)] for i in np.argmin(masked, axis=1))
+        n_ok = max(1, int(ok.sum()))
+        shares = {k: v / n_ok for k, v in sorted(winners.items())}
+        cheap_flip = 1.0 - shares.get(cheap_point, 0.0)
     return Confidence(
         method=METHOD, resamples=resamples, seed=seed, level=level, days=n,
-        real_utilization=Interval(point_real, *(float(v) for v in np.percentile(real, [tail, 100 - tail]))),
-        runtime_utilization=Interval(point_runtime, *(float(v) for v in np.percentile(runtime, [tail, 100 - tail]))),
+        real_utilization=_interval(point_real, real, level),
+        runtime_utilization=_interval(point_runtime, runtime, level),
         flip_share=1.0 - counts.get(str(base), 0) / total,
         branches={b: c / total for b, c in sorted(counts.items())},
+        cost_difference_usd=diff, cheapest_shares=shares, cheapest_flip_share=cheap_flip,
     )
+
+
+def _cloud_minus_own(totals: np.ndarray, ids: list[str], owning: np.ndarray) -> np.ndarray:
+    """all-cloud − the cheapest owning scenario, per row (`owning` marks the owning columns)."""
+    cloud = totals[:, ids.index("all-cloud")]
+    own = np.where(owning[None, :], totals, np.inf).min(axis=1)
+    return cloud - own

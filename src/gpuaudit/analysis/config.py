@@ -35,52 +35,72 @@ def _choice(*options: str) -> Any:
 class DecisionConfig:
     cloud_below: float = _num(0.0, 1.0)
     on_prem_above: float = _num(0.0, 1.0)
-    provisional_below_days: float = _num()
+    provisional_below_days: float = _num(0.0, 36500.0)
     reevaluate_after_months: int = _num(0, 1200)
-    min_trial_hours: float = _num()
+    min_trial_hours: float = _num(0.0, 876000.0)
+
+
+MONEY_MAX = 1e12  # a larger price is a typo, and would overflow the charts and sums
+
+
+def _money(hi: float = MONEY_MAX) -> Any:
+    return _num(0.0, hi)
 
 
 @dataclass(frozen=True)
 class CloudConfig:
-    instance_usd_per_hour: float = _num()
-    gpus_per_instance: int = _num(1, None)
-    spot_multiplier: float = _num()
-    reserved_multiplier: float = _num()
+    instance_usd_per_hour: float = _money()
+    gpus_per_instance: int = _num(1, 1024)
+    billing_granularity: str = _choice("gpu", "instance")
+    spot_multiplier: float = _num(0.0, 100.0)
+    reserved_multiplier: float = _num(0.0, 100.0)
+    capacity_block_multiplier: float = _num(0.0, 100.0)
     spot_share: float = _num(0.0, 1.0)
     reserved_share: float = _num(0.0, 1.0)
-    spot_interruptions_per_hour: float = _num()
-    spot_lost_hours_per_interruption: float = _num()
-    egress_usd_per_gb: float = _num()
-    egress_gb_per_week: float = _num()
-    managed_services_usd_per_month: float = _num()
-    managed_services_usd_once: float = _num()
+    capacity_block_share: float = _num(0.0, 1.0)
+    spot_interruptions_per_hour: float = _num(0.0, 3600.0)
+    spot_lost_hours_per_interruption: float = _num(0.0, 24.0)
+    egress_usd_per_gb: float = _money()
+    egress_gb_per_week: float = _num(0.0, 1e12)
+    managed_services_usd_per_month: float = _money()
+    managed_services_usd_once: float = _money()
     right_size_target_efficiency: float = _num(0.0, 1.0, above=True)
 
 
 @dataclass(frozen=True)
 class OnPremConfig:
-    hardware_usd_per_gpu: float = _num()
-    amortization_years: float = _num(0.0, None, above=True)
-    networking_usd: float = _num()
-    networking_usd_per_gpu: float = _num()
-    staff_usd_per_month: float = _num()
-    maintenance_fraction_per_year: float = _num()
-    power_usd_per_kwh: float = _num()
-    pue: float = _num(1.0, None)
+    hardware_usd_per_gpu: float = _money()
+    amortization_years: float = _num(0.0, 100.0, above=True)
+    capex_timing: str = _choice("upfront", "spread")
+    salvage_fraction: float = _num(0.0, 1.0)
+    networking_usd: float = _money()
+    networking_usd_per_gpu: float = _money()
+    networking_amortization_years: float = _num(0.0, 100.0)
+    staff_usd_per_month: float = _money()
+    staff_usd_per_node_per_month: float = _money()
+    space_usd_per_node_per_month: float = _money()
+    gpus_per_node: int = _num(1, 1024)
+    maintenance_fraction_per_year: float = _num(0.0, 10.0)
+    power_usd_per_kwh: float = _num(0.0, 1e6)
+    pue: float = _num(1.0, 10.0)
     power_source: str = _choice("measured", "configured")
-    fallback_watts_per_gpu: float = _num()
+    fallback_watts_per_gpu: float = _num(0.0, 1e6)
+    owned_gpus: int = _num(-1, 10_000_000)
+    owned_age_years: float = _num(0.0, 100.0)
 
 
 @dataclass(frozen=True)
 class AnalysisConfig:
     horizon_months: int = _num(1, 1200)
+    discount_rate_per_year: float = _num(0.0, 1.0)
+    fleet_gpus: int = _num(0, 10_000_000)
     bootstrap_resamples: int = _num(0, 1_000_000)
     bootstrap_seed: int = _num(0, None)
     confidence_level: float = _num(0.0, 1.0, above=True)
     sensitivity_fraction: float = _num(0.0, 0.99)
     growth_rates: tuple[float, ...] = _num(-0.99, 100.0)
     hybrid_demand: str = _choice("held", "real")
-    stopped_reporting_after_hours: float = _num()
+    stopped_reporting_after_hours: float = _num(0.0, 1e6)
 
 
 @dataclass(frozen=True)
@@ -157,6 +177,8 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
             text = p.read_text(encoding="utf-8")
         except OSError as e:
             raise GpuauditError(f"config error: cannot read {p}: {e.strerror or e}") from e
+        except UnicodeDecodeError as e:
+            raise GpuauditError(f"config error: {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
         user = _parse(text, where)
     file_preset = user.pop("preset", None)
     if file_preset is not None and not isinstance(file_preset, str):
@@ -241,10 +263,11 @@ def _number(key: str, hint: Any, value: Any, meta: Any) -> float | int:
 
 def check(cfg: Config) -> None:
     """Rules that span keys."""
-    if cfg.cloud.spot_share + cfg.cloud.reserved_share > 1.0 + 1e-9:
+    c = cfg.cloud
+    if c.spot_share + c.reserved_share + c.capacity_block_share > 1.0 + 1e-9:
         raise GpuauditError(
-            "config error: cloud.spot_share + cloud.reserved_share must be <= 1 (the rest is on-demand), "
-            f"got {cfg.cloud.spot_share:g} + {cfg.cloud.reserved_share:g}"
+            "config error: cloud.spot_share + cloud.reserved_share + cloud.capacity_block_share must be <= 1 "
+            f"(the rest is on-demand), got {c.spot_share:g} + {c.reserved_share:g} + {c.capacity_block_share:g}"
         )
     if cfg.decision.cloud_below > cfg.decision.on_prem_above:
         raise GpuauditError(

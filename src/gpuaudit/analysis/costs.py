@@ -1,22 +1,30 @@
-"""The cost model: everything in GPU-hours. Pure functions of the config and a few measured figures.
+"""The cost model: prices, cash flows and their present value. Pure functions of the config and a few
+measured figures; docs/analyzer.md states every formula.
 
-Cloud over a horizon of M months for G GPU-hours:
-    compute  = G × instance $/h ÷ GPUs per instance × mix multiplier
-               (mix = spot share × spot multiplier × (1 + interruptions/h × hours lost) + reserved share ×
-               reserved multiplier + the rest on-demand × 1)
-    egress   = $/GB × GB/week × weeks (M × 52/12)
-    managed  = once + per month × M
-On-prem for N GPUs over M months (the article's total_cost_onprem, generalized):
-    hardware    = $/GPU × N ÷ (amortization years × 12) × M
-    power       = N × W × PUE × $/kWh × 730 h × M / 1000   (W measured unless configured)
-    networking  = fixed + per GPU × N (once)
-    staff       = $/month × M
-    maintenance = fraction/year × $/GPU × N × M/12
+Money over a horizon of M months is a present value: a monthly amount is paid mid-month and discounted at
+`analysis.discount_rate_per_year` (PV of $1 a month = `Timeline.annuity`, = M at a 0 % rate), capital bought
+up front is paid at month 0, and resale value is received at the end (`Timeline.end`).
+
+Cloud (per GPU-hour of demand; `cloud_bill`):
+    reserved  = reserved GPUs K × 730 h × list × reserved multiplier, every hour of every month (24/7)
+    flexible  = GPU-hours above K × list × (spot, capacity-block and on-demand shares of the rest,
+                spot inflated by the work redone after interruptions)
+    egress    = $/GB × GB/week × 52/12 per month;  managed services = once + per month
+On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the rest of E now, buy N − E:
+    hardware  = new GPUs × $/GPU (upfront) or ÷ (years × 12) per month (spread)
+    resale    = −(GPUs sold now × today's value)     residual = −(value at the end of what is owned then)
+    networking= a new build's fixed network + per new GPU, amortized like hardware (its own life)
+    power     = N × W × PUE × $/kWh × 730 / 1000 per month;  maintenance = fraction/year × $/GPU × N / 12
+    staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node))
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from gpuaudit.analysis.config import Config
 
@@ -25,21 +33,149 @@ WEEKS_PER_MONTH = 52.0 / 12
 
 
 @dataclass(frozen=True)
-class Rates:
-    """Per-GPU-hour prices the scenarios and the sizing share."""
+class Timeline:
+    """When money moves: `months` of the horizon, discounted at `rate` per year."""
 
-    cloud_list: float  # $/GPU-h on demand
-    cloud_effective: float  # after the spot/reserved mix and interruption overhead
-    owned_marginal: float  # one owned GPU per wall-clock hour: hardware, maintenance, power, per-GPU network
-    power_w: float
-    power_source: str  # "measured" or "configured"
+    months: int
+    rate: float
+
+    @cached_property
+    def factors(self) -> np.ndarray:
+        """Discount factor of each month's payment (paid mid-month)."""
+        m = np.arange(self.months, dtype=float)
+        return (1.0 + self.rate) ** (-(m + 0.5) / 12.0)
+
+    @cached_property
+    def annuity(self) -> float:
+        """Present value of $1 paid every month of the horizon (= months at a 0 % rate)."""
+        return float(self.factors.sum()) if self.rate else float(self.months)
+
+    @property
+    def end(self) -> float:
+        """Present value of $1 received at the end of the horizon."""
+        return (1.0 + self.rate) ** (-self.months / 12.0)
+
+    def mean_growth(self, growth: float) -> float:
+        """Demand multiplier averaged over the horizon, each month weighted by its discount factor, when demand
+        grows by `growth` per year."""
+        m = np.arange(self.months, dtype=float)
+        f = (1.0 + growth) ** ((m + 0.5) / 12.0)
+        w = self.factors
+        return float((f * w).sum() / w.sum())
+
+
+def timeline(cfg: Config, months: float | None = None) -> Timeline:
+    return Timeline(round(months if months is not None else cfg.analysis.horizon_months),
+                    cfg.analysis.discount_rate_per_year)
+
+
+# ----------------------------------------------------------------------------------------------- cloud
+
+
+@dataclass(frozen=True)
+class CloudPrices:
+    """Cloud $ per GPU-hour by way of buying."""
+
+    list: float  # on-demand: instance $/h ÷ GPUs per instance
+    reserved: float  # a reserved GPU-hour (paid whether used or not)
+    flexible: float  # a GPU-hour above the reservation: the spot / capacity-block / on-demand mix
+    blended: float  # a GPU-hour of perfectly steady demand: reserved share × reserved + the rest × flexible
+    unit: int  # GPUs per billing unit: 1, or GPUs per instance with instance granularity
+
+
+def spot_overhead(cfg: Config) -> float:
+    c = cfg.cloud
+    return 1.0 + c.spot_interruptions_per_hour * c.spot_lost_hours_per_interruption
+
+
+def cloud_prices(cfg: Config) -> CloudPrices:
+    c = cfg.cloud
+    lst = c.instance_usd_per_hour / c.gpus_per_instance
+    rest = 1.0 - c.reserved_share
+    if rest > 1e-12:
+        on_demand = max(0.0, rest - c.spot_share - c.capacity_block_share)
+        mix = (c.spot_share * c.spot_multiplier * spot_overhead(cfg) + c.capacity_block_share *
+               c.capacity_block_multiplier + on_demand) / rest
+    else:
+        mix = 1.0  # everything reserved: what spills over (rounding) is bought on demand
+    reserved = lst * c.reserved_multiplier
+    flexible = lst * mix
+    blended = c.reserved_share * reserved + rest * flexible
+    unit = c.gpus_per_instance if c.billing_granularity == "instance" else 1
+    return CloudPrices(lst, reserved, flexible, blended, unit)
 
 
 def mix_multiplier(cfg: Config) -> float:
+    """Blended price of a steady GPU-hour ÷ the on-demand price."""
+    p = cloud_prices(cfg)
+    return p.blended / p.list if p.list > 0 else 0.0
+
+
+def billable(demand: np.ndarray, unit: int) -> np.ndarray:
+    """GPUs billed for each bucket of demand: whole instances when the unit is an instance."""
+    d = np.maximum(np.asarray(demand, dtype=float), 0.0)
+    if unit <= 1:
+        return d
+    return np.ceil(d / unit - 1e-9) * unit
+
+
+def reserved_capacity(billed: np.ndarray, share: float, unit: int) -> float:
+    """Smallest reservation K (a whole number of instances with instance billing) whose hours cover `share`
+    of the billed GPU-hours: Σ min(b, K) ≥ share × Σ b. Σ min(b, K) is piecewise linear in K with a knee at each
+    b: solved exactly on the sorted values."""
+    b = np.sort(np.asarray(billed, dtype=float))
+    total = float(b.sum())
+    if share <= 0 or total <= 0:
+        return 0.0
+    target = share * total * (1 - 1e-12)
+    n = len(b)
+    below = np.concatenate([[0.0], np.cumsum(b)[:-1]])  # Σ of the values under each knee
+    at_knee = below + b * (n - np.arange(n))  # Σ min(b, b_i)
+    i = int(np.searchsorted(at_knee, target, side="left"))
+    k = b[-1] if i >= n else (target - below[i]) / (n - i)
+    if unit > 1:  # the smallest whole number of instances at or above it
+        k = math.ceil(k / unit - 1e-9) * unit
+    return float(min(max(k, 0.0), b[-1] if unit <= 1 else math.ceil(b[-1] / unit - 1e-9) * unit))
+
+
+def cloud_fixed(cfg: Config, tl: Timeline) -> dict[str, float]:
+    """Egress and managed services: paid whenever the cloud is used at all."""
     c = cfg.cloud
-    overhead = 1.0 + c.spot_interruptions_per_hour * c.spot_lost_hours_per_interruption
-    on_demand = max(0.0, 1.0 - c.spot_share - c.reserved_share)
-    return c.spot_share * c.spot_multiplier * overhead + c.reserved_share * c.reserved_multiplier + on_demand
+    return {
+        "egress": c.egress_usd_per_gb * c.egress_gb_per_week * WEEKS_PER_MONTH * tl.annuity,
+        "managed_services": c.managed_services_usd_once + c.managed_services_usd_per_month * tl.annuity,
+    }
+
+
+def cloud_bill(cfg: Config, tl: Timeline, reserved_gpus: float, flexible_gpus: float) -> dict[str, float]:
+    """Present value of renting `reserved_gpus` around the clock plus `flexible_gpus` on average (GPUs; a
+    typical month of demand, repeated over the horizon). Nothing at all when both are 0."""
+    p = cloud_prices(cfg)
+    parts = {
+        "cloud_reserved": reserved_gpus * HOURS_PER_MONTH * p.reserved * tl.annuity,
+        "cloud_flexible": flexible_gpus * HOURS_PER_MONTH * p.flexible * tl.annuity,
+    }
+    used = reserved_gpus > 1e-12 or flexible_gpus > 1e-12
+    fixed = cloud_fixed(cfg, tl) if used else {"egress": 0.0, "managed_services": 0.0}
+    return {**parts, **fixed}
+
+
+def cloud_cost(cfg: Config, gpu_hours: float, months: float, *, fixed: bool = True) -> dict[str, float]:
+    """Renting `gpu_hours` of perfectly steady demand over `months` (what the article's total_cost_cloud
+    computes): reserved share × reserved price + the rest × flexible price, plus egress and managed services."""
+    tl = timeline(cfg, months)
+    p = cloud_prices(cfg)
+    per_month = gpu_hours / tl.months if tl.months else 0.0
+    compute = per_month * p.blended * tl.annuity
+    parts = {"cloud_compute": compute}
+    if fixed:
+        parts.update(cloud_fixed(cfg, tl))
+    else:
+        parts.update({"egress": 0.0, "managed_services": 0.0})
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------- on-prem
 
 
 def power_watts(cfg: Config, measured_w: float | None) -> tuple[float, str]:
@@ -48,58 +184,96 @@ def power_watts(cfg: Config, measured_w: float | None) -> tuple[float, str]:
     return cfg.on_prem.fallback_watts_per_gpu, "configured"
 
 
-def rates(cfg: Config, measured_w: float | None) -> Rates:
-    c, o = cfg.cloud, cfg.on_prem
-    cloud_list = c.instance_usd_per_hour / c.gpus_per_instance
-    watts, source = power_watts(cfg, measured_w)
-    horizon_h = cfg.analysis.horizon_months * HOURS_PER_MONTH
-    owned = (
-        o.hardware_usd_per_gpu / (o.amortization_years * 8760.0)
-        + o.maintenance_fraction_per_year * o.hardware_usd_per_gpu / 8760.0
-        + watts * o.pue * o.power_usd_per_kwh / 1000.0
-        + o.networking_usd_per_gpu / horizon_h
-    )
-    return Rates(cloud_list, cloud_list * mix_multiplier(cfg), owned, watts, source)
-
-
-def cloud_cost(cfg: Config, gpu_hours: float, months: float, *, fixed: bool = True) -> dict[str, float]:
-    """Cost parts of buying `gpu_hours` from the cloud over `months`. `fixed`: include egress and managed
-    services (they are paid whenever the cloud is used at all)."""
-    c = cfg.cloud
-    compute = gpu_hours * c.instance_usd_per_hour / c.gpus_per_instance * mix_multiplier(cfg)
-    if not fixed:
-        return {"cloud_compute": compute, "egress": 0.0, "managed_services": 0.0}
-    egress = c.egress_usd_per_gb * c.egress_gb_per_week * months * WEEKS_PER_MONTH
-    managed = c.managed_services_usd_once + c.managed_services_usd_per_month * months
-    return {"cloud_compute": compute, "egress": egress, "managed_services": managed}
-
-
-def on_prem_cost(cfg: Config, gpus: float, months: float, watts: float, *, fixed: bool = True) -> dict[str, float]:
-    """Cost parts of owning `gpus` GPUs for `months` (nothing at all when gpus is 0). `fixed`: include
-    the parts that do not grow with the GPU count (staff, fixed networking)."""
+def resale_value(cfg: Config, age_years: float) -> float:
+    """Value of one GPU of age `age_years` as a share of today's price: straight line from 1 (new) to the
+    salvage fraction at the end of the amortization life, flat after."""
     o = cfg.on_prem
-    if gpus <= 0:
-        return {"hardware": 0.0, "power": 0.0, "networking": 0.0, "staff": 0.0, "maintenance": 0.0}
-    hardware = o.hardware_usd_per_gpu * gpus
+    left = max(0.0, 1.0 - age_years / o.amortization_years)
+    return o.salvage_fraction + (1.0 - o.salvage_fraction) * left
+
+
+def _capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, timing: str
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(capital charge, residual credit) of `cost` bought now. life 0 = expensed at once in full."""
+    zero = np.zeros_like(cost)
+    if life_years <= 0:
+        return cost, zero
+    if timing == "spread":
+        return cost / (life_years * 12.0) * tl.annuity, zero
+    left = max(0.0, 1.0 - tl.months / 12.0 / life_years)
+    return cost, -cost * (salvage + (1.0 - salvage) * left) * tl.end
+
+
+def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float, existing: int = 0,
+               existing_age_years: float = 0.0) -> dict[str, np.ndarray]:
+    """Present value of owning `gpus` GPUs (an array: one total per count) over the horizon, `existing` of
+    them owned already. Counts above `existing` are bought now; below, the surplus is sold now."""
+    o = cfg.on_prem
+    n = np.atleast_1d(np.asarray(gpus, dtype=float))
+    price = o.hardware_usd_per_gpu
+    kept = np.minimum(n, existing)
+    sold = existing - kept
+    bought = np.maximum(n - existing, 0.0)
+    any_owned = n > 0
+    nodes = np.ceil(n / o.gpus_per_node - 1e-9)
+
+    hardware, residual_new = _capital(bought * price, o.amortization_years, o.salvage_fraction, tl,
+                                      o.capex_timing)
+    # Owned GPUs are sunk: keeping them forgoes their resale value today, and they are worth their value at
+    # the end of the horizon (in both capex timings: this is what owning them still costs or returns).
+    resale_now = -sold * price * resale_value(cfg, existing_age_years)
+    residual_kept = -kept * price * resale_value(cfg, existing_age_years + tl.months / 12.0) * tl.end
+    new_build = (existing == 0) & any_owned
+    net_cost = np.where(new_build, o.networking_usd, 0.0) + o.networking_usd_per_gpu * bought
+    networking, residual_net = _capital(net_cost, o.networking_amortization_years, 0.0, tl, o.capex_timing)
+    monthly = tl.annuity
     return {
-        "hardware": hardware / (o.amortization_years * 12) * months,
-        "power": gpus * watts * o.pue * o.power_usd_per_kwh * HOURS_PER_MONTH * months / 1000.0,
-        "networking": o.networking_usd * fixed + o.networking_usd_per_gpu * gpus,
-        "staff": o.staff_usd_per_month * months * fixed,
-        "maintenance": o.maintenance_fraction_per_year * hardware * months / 12,
+        "hardware": hardware,
+        "resale_now": resale_now,
+        "residual_value": residual_new + residual_kept + residual_net,
+        "networking": networking,
+        "power": n * watts * o.pue * o.power_usd_per_kwh * HOURS_PER_MONTH / 1000.0 * monthly,
+        "maintenance": o.maintenance_fraction_per_year * price * n / 12.0 * monthly,
+        "staff": np.where(any_owned, o.staff_usd_per_month + o.staff_usd_per_node_per_month * nodes, 0.0) * monthly,
+        "space": o.space_usd_per_node_per_month * nodes * monthly,
     }
 
 
-def cloud_fixed(cfg: Config, months: float) -> float:
-    return sum(cloud_cost(cfg, 0.0, months).values())
+def owned_total(parts: dict[str, np.ndarray]) -> np.ndarray:
+    return np.sum(list(parts.values()), axis=0)
 
 
-def break_even_utilization(cfg: Config, gpus: float, months: float, watts: float) -> float | None:
-    """Utilization u* at which renting u × (GPUs × horizon hours) GPU-hours costs the same as owning
-    `gpus` GPUs for the horizon. None when there is nothing to compare (no GPUs or a free cloud)."""
-    hours = gpus * months * HOURS_PER_MONTH
-    per_gpu_hour = cloud_cost(cfg, 1.0, months, fixed=False)["cloud_compute"]
-    if hours <= 0 or per_gpu_hour <= 0:
-        return None
-    owned = sum(on_prem_cost(cfg, gpus, months, watts).values())
-    return max(0.0, (owned - cloud_fixed(cfg, months)) / (hours * per_gpu_hour))
+def on_prem_cost(cfg: Config, gpus: float, months: float, watts: float) -> dict[str, float]:
+    """Building and running a new fleet of `gpus` GPUs over `months` (what the article's total_cost_onprem
+    computes, generalized)."""
+    parts = owned_cost(cfg, timeline(cfg, months), float(gpus), watts)
+    return {k: float(v[0]) for k, v in parts.items()}
+
+
+def owned_fixed(cfg: Config, tl: Timeline, existing: int = 0) -> float:
+    """The part of owning anything that does not grow with the GPU count: the base staff, and a new build's
+    fixed network (none when GPUs are owned already)."""
+    o = cfg.on_prem
+    staff = o.staff_usd_per_month * tl.annuity
+    if existing > 0:
+        return staff
+    net, res = _capital(np.array([o.networking_usd]), o.networking_amortization_years, 0.0, tl, o.capex_timing)
+    return staff + float(net[0] + res[0])
+
+
+def owned_marginal_per_hour(cfg: Config, tl: Timeline, watts: float, *, keep: bool = False,
+                            existing_age_years: float = 0.0) -> float:
+    """What one more owned GPU costs per wall-clock hour of the horizon, fixed costs left out: a new GPU, or
+    (`keep`) one already owned (its resale value forgone). Per node costs (staff, space) are spread over the
+    node's GPUs."""
+    g = cfg.on_prem.gpus_per_node
+    hours = tl.months * HOURS_PER_MONTH
+    if not hours:
+        return 0.0
+    if keep:
+        kept = owned_total(owned_cost(cfg, tl, float(g), watts, g, existing_age_years))[0]
+        sold = owned_total(owned_cost(cfg, tl, 0.0, watts, g, existing_age_years))[0]
+        variable = kept - sold - owned_fixed(cfg, tl, g)
+    else:
+        variable = owned_total(owned_cost(cfg, tl, float(g), watts))[0] - owned_fixed(cfg, tl, 0)
+    return float(variable) / g / hours

@@ -119,3 +119,17 @@ def branch_for(real_utilization: float, inputs: DecisionInputs, rules: tuple[Rul
         if all(c.op.fn(facts[c.fact], _threshold(c.threshold, inputs)) for c in rule.conditions):
             return rule.branch
     raise AssertionError("the decision rules cover every input")
+
+
+def branches_between(low: float, high: float, inputs: DecisionInputs, rules: tuple[Rule, ...] = RULES
+                     ) -> tuple[Branch, ...]:
+    """Every branch the tree can take for a real utilization anywhere in [low, high] (in rule order): the ends,
+    and both sides of every threshold inside."""
+    lo, hi = sorted((round(low, _DECIMALS), round(high, _DECIMALS)))
+    points = {lo, hi}
+    step = 10.0 ** -_DECIMALS
+    for t in (inputs.cloud_below, inputs.on_prem_above):
+        t = round(float(t), _DECIMALS)
+        points.update(p for p in (t - step, t, t + step) if lo <= p <= hi)
+    found = {branch_for(p, inputs, rules) for p in points}
+    return tuple(b for b in dict.fromkeys(r.branch for r in rules) if b in found)

@@ -5,23 +5,23 @@ from __future__ import annotations
 import datetime as dt
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from gpuaudit import schema
 from gpuaudit.analysis import utilization as ut
-from gpuaudit.analysis.confidence import bootstrap, daily
+from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, load_config, preset_comments
-from gpuaudit.analysis.decision import evaluate
+from gpuaudit.analysis.decision import branches_between, evaluate
+from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
     RESULT_VERSION,
     AnalysisResult,
     Assumption,
-    Branch,
     BreakEven,
     Column,
     Costs,
-    Decision,
     DecisionInputs,
     Deployment,
     Figure,
@@ -30,15 +30,19 @@ from gpuaudit.analysis.result import (
     Table,
 )
 from gpuaudit.analysis.rollup import Rollups, load_rollups
-from gpuaudit.analysis.scenarios import Measured, cost_block, growth_table, tornado, with_egress
+from gpuaudit.analysis.scenarios import (
+    OWNING,
+    CostBlock,
+    Measured,
+    cost_block,
+    cost_draws,
+    growth_table,
+    tornado,
+    with_egress,
+)
 from gpuaudit.errors import GpuauditError
 
-# Scenarios that carry out each branch (for "does the cost model agree with the tree?").
-_BRANCH_SCENARIOS = {
-    Branch.CLOUD: {"all-cloud", "all-cloud-right-sized"},
-    Branch.HYBRID: {"hybrid"},
-    Branch.ON_PREM: {"all-on-prem"},
-}
+ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
 
 
 def analyze(
@@ -49,13 +53,24 @@ def analyze(
     data_residency: bool = False,
     egress_gb_per_week: float | None = None,
     current: Deployment | str = Deployment.ON_PREM,
+    fleet_gpus: int | None = None,
     threads: int | None = None,
+    engine: str = "duckdb",
 ) -> AnalysisResult:
-    """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames)."""
+    """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
+    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.spark); same rollups."""
+    if engine not in ENGINES:
+        raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     cfg = config or load_config()
-    roll = load_rollups(root, threads=threads)
+    if engine == "spark":
+        from gpuaudit.analysis.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
+
+        roll = load_spark_rollups(root)
+    else:
+        roll = load_rollups(root, threads=threads)
     return analyze_rollups(roll, cfg, root=str(root), latency_sensitive=latency_sensitive,
-                           data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current)
+                           data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
+                           fleet_gpus=fleet_gpus)
 
 
 def _current(value: Deployment | str) -> Deployment:
@@ -76,15 +91,22 @@ def analyze_rollups(
     data_residency: bool = False,
     egress_gb_per_week: float | None = None,
     current: Deployment | str = Deployment.ON_PREM,
+    fleet_gpus: int | None = None,
     now: dt.datetime | None = None,
 ) -> AnalysisResult:
     """Stage 2: everything from the rollups, no I/O."""
-    if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or egress_gb_per_week < 0):
-        raise GpuauditError(f"--egress-gb-per-week must be a number >= 0, got {egress_gb_per_week:g}")
+    if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or not 0 <= egress_gb_per_week
+                                           <= 1e12):
+        raise GpuauditError(f"--egress-gb-per-week must be a number between 0 and 1e12, got {egress_gb_per_week:g}")
+    if fleet_gpus is not None:
+        if not 0 < fleet_gpus <= 10_000_000:
+            raise GpuauditError(f"--fleet-gpus must be between 1 and 10,000,000, got {fleet_gpus}")
+        cfg = cfg.replace("analysis", fleet_gpus=int(fleet_gpus))
     current = _current(current)
     cfg = with_egress(cfg, egress_gb_per_week)
     ut.check_enough(roll, cfg, root)
     t = ut.totals(roll)
+    _check_finite(t)
     tr = ut.trial(roll, t, cfg)
     use = ut.utilization(roll, t)
     demand, bucket_s = ut.demand_series(roll)
@@ -92,10 +114,12 @@ def analyze_rollups(
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
 
     basis = cfg.analysis.hybrid_demand
-    series = demand["gpus_held" if basis == "held" else "gpus_in_use"].to_numpy().astype(float)
     measured = Measured(
-        w=t.w, r=t.r, s=t.s, trial_hours=t.trial_hours, fleet_gpus=max(1, tr.gpus),  # physical GPUs owned
-        demand=series, dt_hours=bucket_s / 3600.0, measured_w=t.average_power_w, current=current,
+        w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
+        held=demand["gpus_held"].to_numpy().astype(float), in_use=demand["gpus_in_use"].to_numpy().astype(float),
+        reporting=demand["gpus_reporting"].to_numpy().astype(float),
+        day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
+        measured_w=t.average_power_w, current=current, data_residency=data_residency, hybrid_demand=basis,
     )
     block = cost_block(cfg, measured)
 
@@ -105,20 +129,34 @@ def analyze_rollups(
         cloud_below=cfg.decision.cloud_below, on_prem_above=cfg.decision.on_prem_above,
     )
     rule, fired = evaluate(inputs)
-    conf = bootstrap(daily(roll.gpu_hours), inputs, cfg.analysis.bootstrap_resamples, cfg.analysis.bootstrap_seed,
-                     cfg.analysis.confidence_level)
-    decision = _decision(rule.caveat, fired, inputs, tr, block.cheapest, block, use.real_is_upper_bound)
-    costs_ = _costs(cfg, block)
-    be = _break_even(block, t)
-    hybrid = _hybrid(block, series, bucket_s, basis)
-    sens = Sensitivity(
-        fraction=cfg.analysis.sensitivity_fraction,
-        tornado=tornado(cfg, measured, cfg.analysis.sensitivity_fraction),
-        growth=growth_table(cfg, measured, cfg.analysis.growth_rates),
+    low = t.s_lower / t.w
+    possible = branches_between(low, t.real_utilization, inputs)
+
+    days = daily(roll.gpu_hours)
+    a = cfg.analysis
+    sample = _cost_sample(cfg, measured, block, days, a.bootstrap_resamples, a.bootstrap_seed)
+    conf = bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level, sample)
+    tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
+    sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
+                       growth=growth_table(cfg, measured, a.growth_rates))
+    evidence = Evidence(
+        confidence=conf, coverage=float(dq.coverage.value or 0.0),
+        sensitivity_flips=tuple(r["parameter"] for r in tornado_table.rows if r["changes_cheapest"]),
+        sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
+        upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months,
     )
+    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
+    costs_ = _costs(cfg, block, measured)
+    be = _break_even(block, t, use.real_is_upper_bound)
+    hybrid = _hybrid(block, bucket_s, basis)
     warnings = list(dq.warnings)
     if not decision.agrees_with_costs:
-        warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario is {block.cheapest}")
+        if decision.determined:
+            warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
+                            f"{block.cheapest} ({decision.cost_branch})")
+        else:
+            warnings.append("real utilization is only bounded: the decision tree could say "
+                            + " or ".join(decision.possible_branches))
     return AnalysisResult(
         result_version=RESULT_VERSION,
         dataset_schema_version=schema.SCHEMA_VERSION,
@@ -134,83 +172,104 @@ def analyze_rollups(
         hybrid=hybrid,
         sensitivity=sens,
         confidence=conf,
-        assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current),
+        assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
+                                fleet_gpus),
         warnings=tuple(warnings),
     )
 
 
-def _decision(caveat: str, fired, inputs: DecisionInputs, tr, cheapest: str, block, upper: bool) -> Decision:  # type: ignore[no-untyped-def]
-    caveats = [caveat] if caveat else []
-    if tr.provisional:
-        caveats.append(f"provisional: the trial covers {tr.days:.1f} days (< 90); re-run on a longer trial")
-    if upper:
-        caveats.append("real utilization is an upper bound (duty cycle stood in for SM activity)")
-    # What the reader should do, per rule (the rule id and its figures are shown next to the headline).
-    advice = {
-        "low-utilization": "move to the cloud",
-        "mid-utilization": "go hybrid — own the steady base, burst the rest to the cloud",
-        "high-utilization": "on-prem may pay — check egress costs first",
-        "high-utilization-latency": "on-prem (latency-sensitive)",
-    }
-    if fired.id in advice:
-        headline = f"Real utilization is {inputs.real_utilization:.1%}: {advice[fired.id]}."
-    else:
-        headline = f"{fired.description} (real utilization {inputs.real_utilization:.1%})"
-    return Decision(
-        branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=tr.provisional,
-        reevaluate_on=tr.reevaluate_on, cheapest_scenario=cheapest,
-        agrees_with_costs=cheapest in _BRANCH_SCENARIOS[fired.branch]
-        or (cheapest == "stay-as-is" and fired.branch.value == inputs.current.value),
-        headline=headline,
-    )
+def _check_finite(t: ut.Totals) -> None:
+    """NaN or infinity in the data would make every figure meaningless: refuse with one line."""
+    bad = [k for k, v in vars(t).items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise GpuauditError(f"the data holds non-finite values (NaN or infinity) in {', '.join(bad)}: check the "
+                            "files `gpuaudit sql` lists for them")
 
 
-def _costs(cfg: Config, block) -> Costs:  # type: ignore[no-untyped-def]
-    r = block.rates
+def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int) -> CostSample:
+    ids = [s.id for s in block.scenarios if not s.what_if]
+    by_id = {s.id: s for s in block.scenarios}
+    day_ids = days["day"].to_numpy().astype(np.int64)
+    idx = resample_index(len(day_ids), resamples, seed) if resamples and len(day_ids) else np.zeros((0, 0), int)
+    draws = cost_draws(cfg, m, block, idx, day_ids).totals if idx.size else np.zeros((0, len(ids)))
+    owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
+    return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
+                      np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
+
+
+def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
+    p = block.prices
     c = cfg.cloud
+    tl = block.timeline
+    ok = m.reporting > 1e-9
+    scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
-        cloud_usd_per_gpu_hour=Figure(r.cloud_list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ "
-                                      "cloud.gpus_per_instance", "config",
-                                      f"${c.instance_usd_per_hour:g}/h ÷ {c.gpus_per_instance} GPUs."),
+        cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
+                                      "config", f"On demand: ${c.instance_usd_per_hour:g}/h ÷ {c.gpus_per_instance} "
+                                      "GPUs."),
         cloud_effective_usd_per_gpu_hour=Figure(
-            r.cloud_effective, "USD/GPU-h",
-            "list × (spot_share × spot_multiplier × (1 + interruptions/h × hours lost) + reserved_share × "
-            "reserved_multiplier + on-demand share)", "config",
-            "What a cloud GPU-hour costs with the configured spot/reserved mix."),
+            p.blended, "USD/GPU-h",
+            "reserved_share × reserved + (1 − reserved_share) × flexible", "config",
+            "What a GPU-hour of perfectly steady demand costs with the configured mix (real demand pays more: "
+            "reservations idle, or more flexible hours)."),
         owned_usd_per_gpu_hour=Figure(
-            r.owned_marginal, "USD/GPU-h",
-            "hardware ÷ (years × 8760) + maintenance × hardware ÷ 8760 + W × PUE × $/kWh ÷ 1000 + "
-            "networking per GPU ÷ horizon hours", "config + measured power",
-            "Marginal cost of one owned GPU per hour (staff and fixed networking excluded)."),
-        power_w_per_gpu=Figure(r.power_w, "W", "average Σ energy_j ÷ Σ seconds" if r.power_source == "measured"
+            block.owned_marginal, "USD/GPU-h",
+            "(PV of owning one node of GPUs − fixed costs) ÷ GPUs per node ÷ horizon hours", "config + measured power",
+            "What one more new owned GPU costs per wall-clock hour: hardware net of resale, power, maintenance, its "
+            "share of per-node staff and space (base staff and the fixed network excluded)."),
+        power_w_per_gpu=Figure(block.watts, "W", "average Σ energy_j ÷ Σ seconds" if block.power_source == "measured"
                                else "on_prem.fallback_watts_per_gpu",
-                               "gpu_samples" if r.power_source == "measured" else "config",
+                               "gpu_samples" if block.power_source == "measured" else "config",
                                "Board power per GPU used for on-prem power cost."),
-        power_source=r.power_source,
-        scale=block.scale,
+        power_source=block.power_source,
+        scale=scale,
         scenarios=block.scenarios,
         cheapest=block.cheapest,
         preset=cfg.preset,
+        discount_rate_per_year=tl.rate,
+        annuity_months=tl.annuity,
+        fleet_gpus=block.fleet.gpus,
+        fleet_capacity=block.fleet.capacity,
+        owned_gpus=block.fleet.existing,
+        pack_factor=block.pack_factor,
+        reserved_gpus=block.plan.reserved_gpus,
+        cloud_reserved_usd_per_gpu_hour=Figure(p.reserved, "USD/GPU-h", "list × cloud.reserved_multiplier", "config",
+                                               "A reserved GPU-hour, paid every hour of the term."),
+        cloud_flexible_usd_per_gpu_hour=Figure(
+            p.flexible, "USD/GPU-h",
+            "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
+            "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
+            "A GPU-hour above the reservation, bought as it comes."),
     )
 
 
-def _break_even(block, t: ut.Totals) -> BreakEven:  # type: ignore[no-untyped-def]
-    u = block.break_even
+def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
+    b = block.break_even
+    u = b.held
     never = u is not None and u > 1.0
-    verdict = "cloud" if u is None or t.real_utilization < u else "on-prem"
+    finite = u if u is None or math.isfinite(u) else None
+    efficiency = t.s / t.r if t.r > 0 else None
+    real = finite * efficiency if finite is not None and efficiency is not None and not never else None
+    held = Figure(
+        finite, "fraction",
+        "held-hour utilization at which all-cloud (measured demand shape × k) = owning the reference; bisection on k",
+        f"cost model × fleet-scaled demand; reference: {b.own_reference}",
+        "Share of the fleet's hours held by jobs at which renting costs the same as owning: the cloud bills held "
+        "hours, so this is what to compare with the measured held-hour utilization.")
     return BreakEven(
-        real_utilization=Figure(
-            u, "fraction",
-            "(on-prem cost(fleet) − cloud fixed costs) ÷ (fleet GPUs × horizon hours × cloud effective $/GPU-h)",
-            "cost model (config) and the fleet size",
-            "Real utilization at which renting costs the same as owning today's fleet."),
-        never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization, verdict=verdict,
+        real_utilization=held, never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization,
+        verdict=b.verdict, held_utilization=held,
+        real_equivalent=Figure(real, "fraction", "break-even held-hour utilization × S / R", "cost model + trial",
+                               "The real utilization the break-even corresponds to at today's efficiency while held.",
+                               upper_bound=upper),
+        measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
     )
 
 
-def _hybrid(block, series: np.ndarray, bucket_s: float, basis: str) -> HybridSizing:  # type: ignore[no-untyped-def]
+def _hybrid(block: CostBlock, bucket_s: float, basis: str) -> HybridSizing:
     sz = block.sizing
+    series = block.sizing_series
     fractile = 1.0 / sz.u if sz.u > 0 and math.isfinite(sz.u) else 0.0
     rows = tuple(
         {"n": int(n), "owned_usd": float(o), "cloud_usd": float(c), "total_usd": float(o + c),
@@ -218,39 +277,46 @@ def _hybrid(block, series: np.ndarray, bucket_s: float, basis: str) -> HybridSiz
         for n, o, c, h in zip(sz.candidates, sz.owned_usd, sz.cloud_usd, sz.overflow_gpu_hours, strict=True)
     )
     curve = Table(
-        "hybrid_curve", "Total cost over the horizon by owned GPU count N.",
-        (Column("n", "GPUs", "GPUs owned"), Column("owned_usd", "USD", "on-prem cost(N)"),
+        "hybrid_curve", "Present value over the horizon by owned GPU count N (N = 0: all cloud).",
+        (Column("n", "GPUs", "GPUs owned"), Column("owned_usd", "USD", "owned cost(N)"),
          Column("cloud_usd", "USD", "cloud cost of demand above N"), Column("total_usd", "USD", "sum"),
-         Column("cloud_gpu_hours", "GPU-h", "horizon GPU-hours above N")),
-        rows, "demand series × cost model",
+         Column("cloud_gpu_hours", "GPU-h", "horizon GPU-hours rented")),
+        rows, "fleet-scaled demand series × cost model",
     )
-    src = f"fleet demand series ({basis}), {bucket_s:g} s buckets"
+    src = f"fleet demand series ({basis}), {bucket_s:g} s buckets, scaled to the fleet"
     return HybridSizing(
         n_star=sz.n_star, critical_fractile_n=sz.critical_fractile_n,
-        cost_ratio_u=Figure(sz.u, "", "cloud effective $/GPU-h ÷ owned marginal $/GPU-h", "cost model",
-                            "How many times dearer a cloud GPU-hour is than an owned one."),
+        cost_ratio_u=Figure(sz.u, "", "cloud flexible $/GPU-h ÷ owned marginal $/GPU-h", "cost model",
+                            "How many times dearer a flexible cloud GPU-hour is than a new owned one."),
         fractile=Figure(fractile, "fraction", "1 / U", "cost model",
-                        "Own a GPU when demand needs it at least this share of the time."),
-        agrees=abs(sz.n_star - sz.critical_fractile_n) <= 1,
+                        "Own a GPU when demand needs it at least this share of the time (fixed costs left out)."),
+        agrees=sz.agrees,
         peak_demand=Figure(float(series.max()) if series.size else 0.0, "GPUs", "max over buckets", src,
                            "Peak fleet demand."),
         mean_demand=Figure(float(series.mean()) if series.size else 0.0, "GPUs", "mean over buckets", src,
                            "Average fleet demand."),
-        demand_basis=basis, bucket_s=bucket_s, curve=curve,
+        demand_basis=basis, bucket_s=bucket_s, curve=curve, n_owning=sz.n_owning, tolerance=sz.tolerance,
+        fixed_cost_usd=sz.fixed_usd,
+        hurdle_gpus=Figure(sz.hurdle_gpus, "GPUs", "fixed costs of owning ÷ ((flexible cloud − owned marginal) "
+                           "$/GPU-h × horizon hours)", "cost model",
+                           "Owning pays only above about this many GPUs busy around the clock (None: never)."),
     )
 
 
 _UNITS = {
     "cloud_below": "fraction", "on_prem_above": "fraction", "right_size_target_efficiency": "fraction",
     "confidence_level": "fraction", "sensitivity_fraction": "fraction", "growth_rates": "fraction/year",
-    "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count",
+    "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
+    "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
+    "discount_rate_per_year": "fraction/year", "owned_age_years": "years",
 }
 
 
 def _unit(key: str) -> str:
     if key in _UNITS:
         return _UNITS[key]
-    for suffix, unit in (("_usd_per_hour", "USD/h"), ("_usd_per_gpu", "USD/GPU"), ("_usd_per_month", "USD/month"),
+    for suffix, unit in (("_usd_per_hour", "USD/h"), ("_usd_per_node_per_month", "USD/node/month"),
+                         ("_usd_per_gpu", "USD/GPU"), ("_usd_per_month", "USD/month"),
                          ("_usd_per_gb", "USD/GB"), ("_usd_per_kwh", "USD/kWh"), ("_usd_once", "USD"),
                          ("_usd", "USD"), ("_per_week", "GB/week"), ("_watts_per_gpu", "W"), ("_months", "months"),
                          ("_days", "days"), ("_hours", "hours"), ("_years", "years"), ("_per_hour", "1/h"),
@@ -260,8 +326,8 @@ def _unit(key: str) -> str:
     return ""
 
 
-def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | None, current: Deployment
-                ) -> tuple[Assumption, ...]:
+def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | None, current: Deployment,
+                fleet_gpus: int | None = None) -> tuple[Assumption, ...]:
     comments = {**preset_comments("default"), **(preset_comments(cfg.preset) if cfg.preset != "default" else {})}
     out = []
     for section in ("decision", "cloud", "on_prem", "analysis"):
@@ -272,6 +338,8 @@ def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | Non
             source = comments.get(dotted, "") if origin in ("default", cfg.preset) else f"set in {origin}"
             if dotted == "cloud.egress_gb_per_week" and egress is not None:
                 source = "--egress-gb-per-week"
+            if dotted == "analysis.fleet_gpus" and fleet_gpus is not None:
+                source = "--fleet-gpus"
             out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, _unit(key), source))
     out += [
         Assumption("input.latency_sensitive", latency, "", "--latency-sensitive"),

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2  # 2: present-value costs, held-hour break-even, one recommendation, bounds
 
 
 class Branch(enum.StrEnum):
@@ -46,6 +46,7 @@ class Figure:
     source: which rows/rollup it comes from, e.g. "gpu_samples: Σ interval_s × gpu_fraction × sm_active".
     definition: one sentence for a reader who has never seen the product.
     upper_bound: True when the value is only an upper bound (SM activity fell back to duty cycle).
+    lower_bound: True when the value is only a lower bound (e.g. the phantom gap where SM activity fell back).
     """
 
     value: float | None
@@ -54,6 +55,7 @@ class Figure:
     source: str
     definition: str = ""
     upper_bound: bool = False
+    lower_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class Utilization:
     upper_bound_share: Figure
     average_power_w: Figure
     energy_kwh: Figure
+    real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ class DataQuality:
     unmeasured_share: Figure
     gpus: Table
     warnings: tuple[str, ...]
+    overlap_gpu_hours: Figure  # GPU-hours of duplicate or overlapping samples removed by stage 1
+    rejected_rows: tuple[str, ...] = ()  # rows the reader excluded, with the reason
 
 
 @dataclass(frozen=True)
@@ -213,14 +218,30 @@ class DecisionInputs:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """The decision tree's verdict.
+class ConfidenceLevel:
+    """How sure the recommendation is: "high", "medium" or "low", and every reason that lowered it."""
 
-    branch: cloud / hybrid / on-prem. rule: the first rule (in order) whose conditions all held, with
-    each condition evaluated on the figures. caveats: e.g. "check egress first". provisional: trial
-    shorter than the configured minimum. cheapest_scenario: the cost model's cheapest scenario, and
-    agrees_with_costs whether it matches the branch (the tree and the cost model are independent).
-    headline: one sentence for the report.
+    level: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The recommendation: the decision tree (rule) checked against the cost model.
+
+    branch: where the decision tree lands at the measured real utilization (the first rule whose
+      conditions all hold, `rule`). possible_branches: every branch the tree could take given what was not
+      measured (when real utilization is only an upper bound, anything between its lower and upper bound).
+      determined: one branch is possible.
+    cheapest_scenario: the cheapest allowed scenario of the cost model (data residency forbids any scenario
+      that rents); cost_branch: the branch it carries out. agrees_with_costs: the tree is determined and lands on
+      cost_branch.
+    recommendation: what the headline recommends: the cost model's branch (your prices decide), with the tree
+      shown next to it; "on-prem" whenever data residency applies.
+    saving_usd: how much cheaper the cheapest scenario is than stay-as-is (negative: dearer);
+      versus_tree_usd: how much cheaper it is than the tree's branch's cheapest scenario (0 when they agree).
+    confidence: level and reasons (utilization and cost bootstraps, bounds, agreement, trial length,
+      sensitivity, coverage). headline: one sentence for the report.
     """
 
     branch: Branch
@@ -232,15 +253,24 @@ class Decision:
     cheapest_scenario: str
     agrees_with_costs: bool
     headline: str
+    possible_branches: tuple[str, ...]
+    determined: bool
+    cost_branch: str
+    recommendation: str
+    saving_usd: float
+    versus_tree_usd: float
+    confidence: ConfidenceLevel
 
 
 @dataclass(frozen=True)
 class Scenario:
     """One way to run the measured demand over the horizon.
 
-    id: stay-as-is, all-cloud, all-cloud-right-sized, all-on-prem, hybrid.
-    cloud_gpu_hours: GPU-hours bought from the cloud over the horizon. owned_gpus: GPUs owned.
-    total: total cost over the horizon (USD). components: named cost parts (USD) summing to total.
+    id: stay-as-is, all-cloud, all-on-prem, hybrid, and the what-if plans all-cloud-if-packed,
+      all-on-prem-if-packed, hybrid-if-packed.
+    cloud_gpu_hours: GPU-hours billed by the cloud over the horizon. owned_gpus: GPUs owned.
+    total: present value of the cost over the horizon (USD). components: named cost parts (USD; resale and
+    residual value are negative) summing to total. monthly_usd: total ÷ months.
     """
 
     id: str
@@ -251,6 +281,8 @@ class Scenario:
     total: Figure
     components: dict[str, float]
     monthly_usd: float
+    what_if: bool = False  # an "if behaviour changes" plan: shown, never counted as cheapest
+    allowed: bool = True  # False when data residency forbids it (it rents)
 
 
 @dataclass(frozen=True)
@@ -262,7 +294,12 @@ class Costs:
     owned_usd_per_gpu_hour: marginal owned cost of one GPU per wall-clock hour (amortized hardware,
       maintenance, power at measured watts × PUE); fixed costs (staff, networking) are separate.
     power_w_per_gpu / power_source: watts used for on-prem power, "measured" or "configured".
-    scale: horizon hours ÷ trial hours (how trial GPU-hours are extrapolated).
+    scale: fleet capacity ÷ GPUs that reported, averaged over the demand buckets (how measured demand is
+      extrapolated to the fleet; 1 when every GPU reported all the time).
+    discount_rate_per_year / annuity_months: the present-value convention (annuity: PV of $1 a month).
+    fleet_gpus / fleet_capacity / owned_gpus: GPUs in the fleet, its capacity in GPU equivalents, GPUs owned.
+    pack_factor: held demand × this in the "if behaviour changes" scenarios. reserved_gpus: all-cloud's
+      reservation (billed 24/7). cloud_reserved/flexible_usd_per_gpu_hour: the two cloud prices.
     """
 
     horizon_months: int
@@ -275,17 +312,31 @@ class Costs:
     scenarios: tuple[Scenario, ...]
     cheapest: str
     preset: str
+    discount_rate_per_year: float
+    annuity_months: float  # present value of $1 a month over the horizon, in dollars
+    fleet_gpus: int
+    fleet_capacity: float
+    owned_gpus: int
+    pack_factor: float
+    reserved_gpus: float
+    cloud_reserved_usd_per_gpu_hour: Figure
+    cloud_flexible_usd_per_gpu_hour: Figure
 
 
 @dataclass(frozen=True)
 class BreakEven:
-    """The real utilization at which renting costs the same as owning today's fleet.
+    """Where renting and owning cost the same, on the basis the cloud bills: held GPU-hours.
 
-    real_utilization: u* = (on-prem cost of the fleet over the horizon − cloud fixed costs) ÷
-      (fleet GPUs × horizon hours × cloud effective $/GPU-h). None when there is nothing to compare.
-    never: True when u* > 1 (renting is cheaper even at 100 % utilization).
-    measured_real / measured_runtime: the trial's S/W and R/W for comparison.
-    verdict: "cloud" when the measured real utilization is below u*, else "on-prem".
+    real_utilization: kept for continuity, now the break-even HELD-hour utilization u*: the share of the
+      fleet's hours held by jobs (demand shaped as measured, scaled up or down) at which renting costs the same
+      as owning the reference (`own_reference`: stay-as-is when GPUs are owned, else buying the fleet).
+    held_utilization: the same u* (preferred name). real_equivalent: u* × measured efficiency while held (S/R):
+      the real utilization that corresponds at today's efficiency.
+    never: True when renting is cheaper even with every GPU held all the time (u* > 1).
+    measured_held: the trial's held-hour utilization, fleet-scaled (the figure compared with u*);
+      measured_real / measured_runtime: S/W and R/W.
+    verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_held < u* ⇔
+      "cloud"). own_usd / cloud_usd: the two totals compared.
     """
 
     real_utilization: Figure
@@ -293,16 +344,25 @@ class BreakEven:
     measured_real: float
     measured_runtime: float
     verdict: str
+    held_utilization: Figure
+    real_equivalent: Figure
+    measured_held: float
+    own_reference: str
+    own_usd: float
+    cloud_usd: float
 
 
 @dataclass(frozen=True)
 class HybridSizing:
     """How many GPUs to own when bursting the rest to the cloud.
 
-    n_star: owned GPU count minimizing owned cost(N) + cloud cost of demand above N over the measured
-      demand series (GPUs held per bucket). critical_fractile_n: the largest N whose demand is ≥ N at
-      least 1/U of the time, U = cloud ÷ owned cost per GPU-hour; agrees: the two differ by ≤ 1.
-    peak_demand / mean_demand: of the GPUs-held series. curve: total cost per candidate N.
+    n_star: owned count N in 0..ceil(peak) minimizing owned cost(N) + cloud cost of demand above N (N = 0:
+      all-cloud). n_owning: the best N ≥ 1 (the hybrid scenario). critical_fractile_n: the largest N whose
+      demand is ≥ N at least c_own/c_cloud of the time (no fixed costs); agrees: it is within `tolerance` GPUs
+      of n_owning (a node when costs step per node). fixed_cost_usd: fixed costs of owning anything;
+      hurdle_gpus: GPUs busy around the clock needed before owning covers them ("owning pays only above ~K busy
+      GPUs"); None when owning never pays.
+    peak_demand / mean_demand: of the fleet-scaled demand series. curve: total cost per candidate N.
     """
 
     n_star: int
@@ -315,6 +375,10 @@ class HybridSizing:
     demand_basis: str
     bucket_s: float
     curve: Table
+    n_owning: int
+    tolerance: int
+    fixed_cost_usd: float
+    hurdle_gpus: Figure
 
 
 @dataclass(frozen=True)
@@ -345,6 +409,9 @@ class Confidence:
     real_utilization / runtime_utilization: point estimate and `level` interval (default 90 %).
     flip_share: share of resamples in which the decision tree would land on another branch.
     branches: share of resamples per branch.
+    cost_difference_usd: all-cloud − cheapest owning scenario, point and interval, with the point estimate's
+      plan (reservation, owned counts) held fixed while days are resampled.
+    cheapest_shares / cheapest_flip_share: which scenario is cheapest across resamples.
     """
 
     method: str
@@ -356,6 +423,9 @@ class Confidence:
     runtime_utilization: Interval
     flip_share: float
     branches: dict[str, float]
+    cost_difference_usd: Interval  # all-cloud − cheapest owning scenario
+    cheapest_shares: dict[str, float]  # share of resamples in which each scenario is the cheapest allowed
+    cheapest_flip_share: float  # share of resamples in which another scenario is the cheapest
 
 
 @dataclass(frozen=True)

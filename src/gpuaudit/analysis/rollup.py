@@ -1,70 +1,84 @@
 """Stage 1: the only part of the analysis that reads the dataset.
 
-Three plain GROUP BY scans, each from sql/: the per-GPU-per-hour rollup of `samples`
-(analysis_rollup.sql), the fleet demand series (analysis_demand.sql), and who held each GPU per hour from
-`processes` (analysis_holders.sql). Everything after this works on these small polars frames.
+One big scan of `samples` (sql/analysis_buckets.sql) gives one de-duplicated row per GPU per 300 s bucket,
+materialized once as the table `gpu_buckets`; two small GROUP BYs over it give the per-GPU-per-hour rollup
+(sql/analysis_rollup.sql) and the fleet demand series (sql/analysis_demand.sql). One scan of `processes`
+(sql/analysis_holders.sql) gives who held each GPU per hour. Everything after this works on these small
+polars frames, whichever engine ran the SQL (DuckDB here; the same files run on Spark).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import polars as pl
 
 from gpuaudit.resources import load_sql
 
-# The demand series' bucket in sql/analysis_demand.sql.
+# The demand series' bucket in sql/analysis_buckets.sql.
 DEMAND_BUCKET_S = 300.0
+BUCKETS_TABLE = "gpu_buckets"
+# Stage-1 SQL, in the order it runs: (relation materialized as, file) then the queries read back.
+BUCKETS_SQL = "analysis_buckets"
+QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
 _GPU_HOUR = ("host", "gpu_uuid", "mig_instance", "hour_s")
-_SUMS = ("samples", "observed_s", "held_s", "busy_s", "real_s", "real_held_s", "fallback_s", "unmeasured_s",
-         "idle_held_s", "energy_j", "energy_s")
-_MAXES = ("gpu_fraction", "max_mem_used_bytes", "mem_total_bytes", "last_s", "max_interval_s")
+
+
+class Engine(Protocol):
+    """What stage 1 needs from a SQL engine: views `samples` and `processes` over the dataset."""
+
+    def materialize(self, name: str, sql: str) -> None:
+        """Run `sql` once and keep its result as the relation `name` for later queries."""
+
+    def query(self, sql: str) -> pl.DataFrame:
+        """Run `sql` and return the result as a polars DataFrame."""
 
 
 @dataclass(frozen=True)
 class Rollups:
     """gpu_hours: one row per GPU (or MIG slice) per hour. demand: one row per DEMAND_BUCKET_S bucket.
-    holders: per GPU per hour per (user, job, pod), its process rows (the weight of its share)."""
+    holders: per GPU per hour per (user, job, pod), its process rows (the weight of its share).
+    skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract)."""
 
     gpu_hours: pl.DataFrame
     demand: pl.DataFrame
     holders: pl.DataFrame
     skipped_files: tuple[str, ...] = ()
+    rejected_rows: tuple[str, ...] = ()
+
+
+class DuckDBEngine:
+    """Stage 1 on an open gpuaudit Dataset (DuckDB)."""
+
+    def __init__(self, ds: object) -> None:
+        self.ds = ds
+
+    def materialize(self, name: str, sql: str) -> None:
+        self.ds.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")  # type: ignore[attr-defined]
+
+    def query(self, sql: str) -> pl.DataFrame:
+        return self.ds.query(sql)  # type: ignore[attr-defined]
 
 
 def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
     from gpuaudit.store import open_dataset
 
     with open_dataset(root, threads=threads) as ds:
-        roll = rollups_from(ds.query)
+        roll = rollups_from(DuckDBEngine(ds))
+        rejected = getattr(ds, "rejected_rows", None)
+        rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in (rejected() if rejected else ()))
         return Rollups(roll.gpu_hours, roll.demand, roll.holders,
-                       tuple(f"{p}: {why}" for p, why in ds.skipped))
+                       tuple(f"{p}: {why}" for p, why in ds.skipped), rows)
 
 
-def rollups_from(query: Callable[[str], pl.DataFrame]) -> Rollups:
-    """Run the three stage-1 queries through `query` (SQL -> polars) and shape their results."""
+def rollups_from(engine: Engine) -> Rollups:
+    """Run the stage-1 SQL through `engine` and shape the results."""
+    engine.materialize(BUCKETS_TABLE, load_sql(BUCKETS_SQL))
+    rollup, demand, holders = (engine.query(load_sql(q)) for q in QUERIES)
     return Rollups(
-        gpu_hours=fold_gpu_hours(query(load_sql("analysis_rollup"))),
-        demand=query(load_sql("analysis_demand")).drop("bucket", strict=False).sort("bucket_s"),
-        holders=query(load_sql("analysis_holders")),
-    )
-
-
-def fold_gpu_hours(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per GPU-hour: the SQL keys also split by gpu_name and source, which change only when, say,
-    an import and an agent overlap; their rows add up here (source_min/max keep what was mixed)."""
-    return (
-        rows.group_by(_GPU_HOUR, maintain_order=True)
-        .agg(
-            pl.col("hour").first(),
-            pl.col("gpu_name").drop_nulls().first(),
-            pl.col("source").min().alias("source_min"),
-            pl.col("source").max().alias("source_max"),
-            *(pl.col(c).sum() for c in _SUMS),
-            *(pl.col(c).max() for c in _MAXES),
-            pl.col("first_s").min(),
-        )
-        .sort(_GPU_HOUR)
+        gpu_hours=rollup.sort(_GPU_HOUR),
+        demand=demand.drop("bucket", strict=False).sort("bucket_s"),
+        holders=holders,
     )

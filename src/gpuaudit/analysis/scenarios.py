@@ -1,5 +1,12 @@
-"""Cost scenarios over the horizon, break-even, hybrid sizing and sensitivity: pure functions of the
-config and a few measured figures (`Measured`), so the sensitivity analysis can rerun them cheaply."""
+"""Cost scenarios over the horizon, break-even, hybrid sizing, sensitivity and the cost bootstrap: pure
+functions of the config and what the trial measured (`Measured`), so the sensitivity analysis can rerun them
+cheaply.
+
+Demand is measured per 300 s bucket on the GPUs that reported; it is scaled to the whole fleet bucket by bucket
+(× fleet capacity ÷ GPUs reporting), so nodes without data count like the nodes with data rather than as idle
+(buckets where nothing reported are left out). The scaled series is a typical stretch of the horizon: every
+month of the horizon is assumed to look like it (times the demand growth, if any).
+"""
 
 from __future__ import annotations
 
@@ -11,174 +18,364 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
-from gpuaudit.analysis.hybrid import Sizing, overflow_hours, size
+from gpuaudit.analysis.hybrid import Sizing, overflow_mean, size
 from gpuaudit.analysis.result import Column, Deployment, Figure, Scenario, Table
 
-SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-cloud-right-sized", "all-on-prem", "hybrid")
+SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
+WHAT_IF_ORDER = ("all-cloud-if-packed", "all-on-prem-if-packed", "hybrid-if-packed")
+OWNING = ("stay-as-is", "all-on-prem", "hybrid")  # scenarios that own GPUs (stay-as-is only when on-prem)
+_CLOUD_PARTS = ("cloud_reserved", "cloud_flexible", "egress", "managed_services")
 
-# The prices the tornado moves (config section, key, label).
-PRICES: tuple[tuple[str, str, str], ...] = (
-    ("cloud", "instance_usd_per_hour", "cloud instance $/hour"),
-    ("cloud", "spot_multiplier", "spot multiplier"),
-    ("cloud", "reserved_multiplier", "reserved multiplier"),
-    ("cloud", "egress_usd_per_gb", "egress $/GB"),
-    ("cloud", "managed_services_usd_per_month", "managed services $/month"),
-    ("on_prem", "hardware_usd_per_gpu", "hardware $/GPU"),
-    ("on_prem", "staff_usd_per_month", "staff $/month"),
-    ("on_prem", "power_usd_per_kwh", "power $/kWh"),
-    ("on_prem", "networking_usd", "networking $"),
-    ("on_prem", "maintenance_fraction_per_year", "maintenance %/year"),
+# What the sensitivity analysis moves: (section, key, label, lowest allowed, highest allowed). Each is moved by
+# ± analysis.sensitivity_fraction on its own, clamped to its range.
+PARAMETERS: tuple[tuple[str, str, str, float, float], ...] = (
+    ("cloud", "instance_usd_per_hour", "cloud instance $/hour", 0.0, math.inf),
+    ("cloud", "spot_multiplier", "spot multiplier", 0.0, math.inf),
+    ("cloud", "reserved_multiplier", "reserved multiplier", 0.0, math.inf),
+    ("cloud", "spot_share", "spot share", 0.0, 1.0),
+    ("cloud", "spot_interruptions_per_hour", "spot interruptions/hour", 0.0, math.inf),
+    ("cloud", "egress_usd_per_gb", "egress $/GB", 0.0, math.inf),
+    ("cloud", "egress_gb_per_week", "egress GB/week", 0.0, math.inf),
+    ("cloud", "managed_services_usd_per_month", "managed services $/month", 0.0, math.inf),
+    ("on_prem", "hardware_usd_per_gpu", "hardware $/GPU", 0.0, math.inf),
+    ("on_prem", "amortization_years", "amortization years", 1e-6, math.inf),
+    ("on_prem", "salvage_fraction", "salvage fraction", 0.0, 1.0),
+    ("on_prem", "staff_usd_per_month", "staff $/month", 0.0, math.inf),
+    ("on_prem", "staff_usd_per_node_per_month", "staff $/node/month", 0.0, math.inf),
+    ("on_prem", "space_usd_per_node_per_month", "space $/node/month", 0.0, math.inf),
+    ("on_prem", "power_usd_per_kwh", "power $/kWh", 0.0, math.inf),
+    ("on_prem", "pue", "PUE", 1.0, math.inf),
+    ("on_prem", "networking_usd", "networking $", 0.0, math.inf),
+    ("on_prem", "maintenance_fraction_per_year", "maintenance %/year", 0.0, math.inf),
+    ("on_prem", "owned_age_years", "age of owned GPUs", 0.0, math.inf),
+    ("analysis", "discount_rate_per_year", "discount rate/year", 0.0, 1.0),
 )
 
 
 @dataclass(frozen=True)
 class Measured:
-    """What the trial measured, as the cost model needs it."""
+    """What the trial measured, as the cost model needs it (series: one value per demand bucket)."""
 
     w: float  # observed GPU-hours
-    r: float  # runtime GPU-hours
-    s: float  # real GPU-hours
-    trial_hours: float
-    fleet_gpus: int  # physical GPUs seen (distinct gpu_uuid): what is owned today
-    demand: np.ndarray  # GPUs per bucket (held or SM-weighted, see demand_basis)
-    dt_hours: float  # bucket length
-    measured_w: float | None  # average board power per GPU
+    r: float  # runtime (held) GPU-hours
+    s: float  # real GPU-hours (an upper bound where duty cycle stood in)
+    s_lower: float  # real GPU-hours counting duty-cycle-only time as 0
+    gpus_seen: int  # physical GPUs seen (distinct gpu_uuid)
+    gpu_equivalents: float  # Σ gpu_fraction of the GPUs and MIG slices seen
+    held: np.ndarray  # GPUs held by a process
+    in_use: np.ndarray  # SM-weighted GPUs in use
+    reporting: np.ndarray  # GPUs (equivalents) reporting
+    day: np.ndarray  # UTC day of each bucket (for the bootstrap)
+    dt_hours: float
+    measured_w: float | None
     current: Deployment
+    data_residency: bool = False
+    hybrid_demand: str = "held"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    capacity: float  # GPU equivalents of the whole fleet: demand is scaled to it
+    gpus: int  # physical GPUs of the whole fleet
+    existing: int  # GPUs owned today
+    age_years: float  # their age
+
+
+def fleet(cfg: Config, m: Measured) -> Fleet:
+    configured = cfg.analysis.fleet_gpus
+    gpus = configured or max(1, m.gpus_seen)
+    capacity = float(configured) if configured else max(m.gpu_equivalents, 1e-9)
+    owned = cfg.on_prem.owned_gpus
+    existing = owned if owned >= 0 else (gpus if m.current is Deployment.ON_PREM else 0)
+    return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years)
+
+
+def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
+    """Scale a per-bucket series measured on the GPUs that reported to the whole fleet; buckets where nothing
+    reported are dropped (unknown, not idle)."""
+    ok = reporting > 1e-9
+    return np.asarray(series, dtype=float)[ok] * (capacity / reporting[ok])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The choices the scenarios made, fixed while the bootstrap resamples demand."""
+
+    reserved_gpus: float  # all-cloud reservation
+    stay_reserved_gpus: float  # stay-as-is in the cloud: its reservation
+    n_on_prem: int
+    n_hybrid: int
+    existing: int
+
+
+@dataclass(frozen=True)
+class BreakEvenCalc:
+    held: float | None  # held-hour utilization at which renting costs the same as owning the reference
+    measured_held: float  # the trial's held-hour utilization, fleet-scaled
+    own_reference: str  # what renting is compared with
+    own_usd: float
+    cloud_usd: float
+    verdict: str  # "cloud" or "on-prem": the cheaper of all-cloud and the reference
 
 
 @dataclass(frozen=True)
 class CostBlock:
-    rates: costs.Rates
+    timeline: costs.Timeline
+    prices: costs.CloudPrices
+    watts: float
+    power_source: str
+    owned_marginal: float  # a new GPU, $/h
+    fleet: Fleet
     scenarios: tuple[Scenario, ...]
     cheapest: str
     sizing: Sizing
-    break_even: float | None
-    scale: float
+    break_even: BreakEvenCalc
+    plan: Plan
+    held: np.ndarray  # fleet-scaled held series (with growth)
+    sizing_series: np.ndarray
+    day: np.ndarray  # day of each kept bucket
+    pack_factor: float
 
 
-def _total(parts: dict[str, float]) -> float:
+def _gpus(n: int) -> str:
+    return f"{n:,} GPU" + ("" if n == 1 else "s")
+
+
+def _sum(parts: dict[str, float]) -> float:
     return float(sum(parts.values()))
 
 
-def _scenario(sid: str, label: str, description: str, cloud_h: float, owned: int, parts: dict[str, float],
-              formula: str, months: float) -> Scenario:
-    total = _total(parts)
+def _first(parts: dict[str, np.ndarray]) -> dict[str, float]:
+    return {k: float(np.atleast_1d(v)[0]) for k, v in parts.items()}
+
+
+def is_cloud_used(s: Scenario) -> bool:
+    return any(abs(s.components.get(k, 0.0)) > 1e-9 for k in _CLOUD_PARTS)
+
+
+def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, owned: int, parts: dict[str, float],
+              formula: str, tl: costs.Timeline, *, what_if: bool = False, allowed: bool = True) -> Scenario:
+    total = _sum(parts)
     return Scenario(
-        id=sid, label=label, description=description, cloud_gpu_hours=cloud_h, owned_gpus=owned,
-        total=Figure(total, "USD", formula, "cost model (config) × measured GPU-hours, scaled to the horizon",
-                     f"Total cost of '{label}' over {months:g} months."),
-        components={k: float(v) for k, v in parts.items()}, monthly_usd=total / months,
+        id=sid, label=label, description=description,
+        cloud_gpu_hours=mean_cloud_gpus * costs.HOURS_PER_MONTH * tl.months, owned_gpus=owned,
+        total=Figure(total, "USD", formula, "cost model (config) × the fleet-scaled demand series",
+                     f"Present value of '{label}' over {tl.months} months."),
+        components={k: float(v) for k, v in parts.items()}, monthly_usd=total / tl.months if tl.months else 0.0,
+        what_if=what_if, allowed=allowed,
     )
 
 
-def growth_factor(rate: float, months: float) -> float:
-    """Average demand multiplier over the horizon when demand grows by `rate` per year."""
-    m = max(1, round(months))
-    return float(np.mean([(1.0 + rate) ** ((i + 0.5) / 12) for i in range(m)]))
+def _cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
+              ) -> tuple[dict[str, float], float, float]:
+    """(bill, reservation K, mean GPUs billed) for renting `series` with the configured mix."""
+    billed = costs.billable(series, prices.unit)
+    k = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
+    flex = float(np.maximum(billed - k, 0.0).mean()) if billed.size else 0.0
+    return costs.cloud_bill(cfg, tl, k, flex), k, float(billed.mean()) if billed.size else 0.0
 
 
-def cost_block(cfg: Config, m: Measured, growth: float = 0.0) -> CostBlock:
-    months = float(cfg.analysis.horizon_months)
-    horizon_h = months * costs.HOURS_PER_MONTH
-    scale = horizon_h / m.trial_hours
-    f = growth_factor(growth, months)
-    rates = costs.rates(cfg, m.measured_w)
-    watts = rates.power_w
-    demand = m.demand * f
+def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool = True) -> CostBlock:
+    tl = costs.timeline(cfg)
+    fl = fleet(cfg, m)
+    f = tl.mean_growth(growth) if growth else 1.0
+    prices = costs.cloud_prices(cfg)
+    watts, power_source = costs.power_watts(cfg, m.measured_w)
+    ok = m.reporting > 1e-9
+    held = to_fleet(m.held, m.reporting, fl.capacity) * f
+    basis = to_fleet(m.in_use if m.hybrid_demand == "real" else m.held, m.reporting, fl.capacity) * f
+    day = m.day[ok]
+
+    def own(n: float) -> dict[str, float]:
+        return _first(costs.owned_cost(cfg, tl, float(n), watts, fl.existing, fl.age_years))
+
+    def flex_bill(mean_gpus: float) -> dict[str, float]:
+        return costs.cloud_bill(cfg, tl, 0.0, mean_gpus)
 
     out: list[Scenario] = []
+    # stay as is
     if m.current is Deployment.ON_PREM:
-        # Keep today's GPUs; demand growing beyond them is rented (none without growth: a fleet cannot
-        # hold more GPUs than it has).
-        over = float(overflow_hours(demand, np.array([float(m.fleet_gpus)]), m.dt_hours)[0]) * scale
-        parts = {**costs.on_prem_cost(cfg, m.fleet_gpus, months, watts),
-                 **costs.cloud_cost(cfg, over, months, fixed=over > 1e-9)}
-        out.append(_scenario("stay-as-is", "Stay as is (on-prem)",
-                             f"Keep owning today's {m.fleet_gpus} GPUs (demand above them rented).", over,
-                             m.fleet_gpus, parts, "on-prem cost(GPUs owned today) + cloud cost(demand above them)",
-                             months))
+        over = float(overflow_mean(basis, np.array([float(fl.existing)]), prices.unit)[0])
+        out.append(_scenario(
+            "stay-as-is", "Stay as is (on-prem)",
+            f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and resale value "
+            "count); rent demand above them.",
+            over, fl.existing, {**own(fl.existing), **flex_bill(over)},
+            "owned cost(GPUs owned today) + flexible cloud cost(demand above them)", tl))
+        stay_k = 0.0
     else:
-        hours = m.w * scale * f
-        out.append(_scenario("stay-as-is", "Stay as is (cloud)",
-                             "Keep renting the instances for all the time they ran (observed GPU-hours W).",
-                             hours, 0, costs.cloud_cost(cfg, hours, months), "cloud cost(W × scale)", months))
-    hours = m.r * scale * f
-    out.append(_scenario("all-cloud", "All cloud", "Rent GPUs for the runtime GPU-hours R (while a job holds "
-                         "them).", hours, 0, costs.cloud_cost(cfg, hours, months), "cloud cost(R × scale)", months))
-    eff = cfg.cloud.right_size_target_efficiency
-    hours = min(m.s / eff, m.r) * scale * f
-    out.append(_scenario("all-cloud-right-sized", "All cloud, right-sized",
-                         f"Rent only real GPU-hours S at {eff:.0%} efficiency while held.", hours, 0,
-                         costs.cloud_cost(cfg, hours, months), "cloud cost(min(S / target efficiency, R) × scale)",
-                         months))
-    peak = float(demand.max()) if demand.size else 0.0
-    n_peak = max(1, math.ceil(peak - 1e-9))
-    out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0,
-                         n_peak, costs.on_prem_cost(cfg, n_peak, months, watts), "on-prem cost(ceil(peak demand))",
-                         months))
-    sizing = size(cfg, demand, m.dt_hours, scale, months, watts, rates.owned_marginal, rates.cloud_effective)
-    i = int(np.argmin(sizing.total_usd))
-    over = float(sizing.overflow_gpu_hours[i])
-    parts = {**costs.on_prem_cost(cfg, sizing.n_star, months, watts),
-             **costs.cloud_cost(cfg, over, months, fixed=over > 1e-9)}
-    out.append(_scenario("hybrid", "Hybrid", f"Own N* = {sizing.n_star} GPUs for the steady base, burst demand "
-                         "above them to the cloud.", over, sizing.n_star, parts,
-                         "on-prem cost(N*) + cloud cost(Σ max(demand − N*, 0) × dt × scale)", months))
-    cheapest = min(out, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
-    be = costs.break_even_utilization(cfg, m.fleet_gpus, months, watts)
-    return CostBlock(rates, tuple(out), cheapest, sizing, be, scale)
+        running = m.reporting[ok] * f
+        bill, stay_k, mean_billed = _cloud_of(cfg, tl, running, prices)
+        out.append(_scenario(
+            "stay-as-is", "Stay as is (cloud)",
+            "Keep renting the instances for all the time they ran (GPUs reporting), with the configured mix.",
+            mean_billed, 0, bill, "cloud cost(GPUs running)", tl))
+    # all cloud
+    bill, k_all, mean_billed = _cloud_of(cfg, tl, held, prices)
+    all_cloud = {**own(0), **bill}
+    sold = f"; sell the {fl.existing} owned GPUs now" if fl.existing else ""
+    out.append(_scenario("all-cloud", "All cloud",
+                         f"Rent the GPU-hours jobs hold (reserving {k_all:,.1f} GPUs 24/7, the rest flexibly){sold}.",
+                         mean_billed, 0, all_cloud, "cloud cost(held demand) − resale of owned GPUs", tl))
+    # all on-prem
+    n_peak = max(1, math.ceil(float(basis.max()) - 1e-9)) if basis.size else 1
+    out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
+                         own(n_peak), "owned cost(ceil(peak demand))", tl))
+    # hybrid
+    sizing = size(cfg, tl, basis, _sum(all_cloud), watts, fl.existing, fl.age_years)
+    n_h = max(1, sizing.n_owning)
+    over_h = float(overflow_mean(basis, np.array([float(n_h)]), prices.unit)[0])
+    note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
+    out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base, rent demand above them "
+                         f"flexibly{note}.", over_h, n_h, {**own(n_h), **flex_bill(over_h)},
+                         "owned cost(N) + flexible cloud cost(Σ max(demand − N, 0)), N = best N ≥ 1", tl))
+    # if behaviour changes
+    pack = min(m.s / cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
+    if what_if:
+        eff = cfg.cloud.right_size_target_efficiency
+        held_p, basis_p = held * pack, basis * pack
+        bill_p, _kp, mean_p = _cloud_of(cfg, tl, held_p, prices)
+        out.append(_scenario("all-cloud-if-packed", "All cloud, if behaviour changes",
+                             f"Rent only held hours that do work: held demand × {pack:.2f} (real ÷ {eff:.0%} target "
+                             "efficiency).", mean_p, 0, {**own(0), **bill_p},
+                             "cloud cost(held demand × min(S / efficiency, R) / R)", tl, what_if=True))
+        n_pp = max(1, math.ceil(float(basis_p.max()) - 1e-9)) if basis_p.size else 1
+        out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
+                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp),
+                             "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
+        sz_p = size(cfg, tl, basis_p, _sum({**own(0), **bill_p}), watts, fl.existing, fl.age_years)
+        n_hp = max(1, sz_p.n_owning)
+        over_hp = float(overflow_mean(basis_p, np.array([float(n_hp)]), prices.unit)[0])
+        out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
+                             f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
+                             {**own(n_hp), **flex_bill(over_hp)}, "owned cost(N) + flexible cloud cost above N", tl,
+                             what_if=True))
+    if m.data_residency:
+        out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
+    cheapest = cheapest_of(out)
+    plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
+    be = _break_even(cfg, tl, m, fl, held, prices, watts, _sum(all_cloud))
+    return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
+                     cheapest, sizing, be, plan, held, basis, day, pack)
+
+
+def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
+    """The cheapest allowed scenario (what-if scenarios never count); ties go to the earlier one."""
+    pool = [s for s in scenarios if s.allowed and not s.what_if]
+    return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
+
+
+def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
+                prices: costs.CloudPrices, watts: float, all_cloud_usd: float) -> BreakEvenCalc:
+    """The held-hour utilization u* at which renting the fleet's held hours (demand shaped as measured,
+    scaled up or down) costs the same as owning: today's GPUs when some are owned, else buying the fleet."""
+    n_ref = fl.existing if fl.existing > 0 else fl.gpus
+    ref = "stay-as-is" if fl.existing > 0 else "buy-the-fleet"
+    own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
+                                                       fl.age_years))[0])
+    own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
+    measured = float(held.mean()) / fl.capacity if held.size else 0.0
+    verdict = "cloud" if all_cloud_usd < own_ref else "on-prem"
+
+    def rent(k: float) -> float:
+        if k <= 0:
+            return own_zero
+        billed = costs.billable(held * k, prices.unit)
+        kk = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
+        flex = float(np.maximum(billed - kk, 0.0).mean())
+        return own_zero + sum(costs.cloud_bill(cfg, tl, kk, flex).values())
+
+    if measured <= 0 or rent(1.0) <= rent(1e-9) + 1e-9:
+        return BreakEvenCalc(None, measured, ref, own_ref, all_cloud_usd, verdict)
+    if prices.unit <= 1:
+        # Billed per GPU-hour, renting k × the demand costs the fixed part plus k × the variable part (the
+        # reservation and the flexible hours both scale with k): solve it directly.
+        fixed = rent(1e-9)
+        variable = rent(1.0) - fixed
+        k = (own_ref - fixed) / variable
+        return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict)
+    # renting grows with demand; find where it meets owning (k in multiples of today's demand)
+    lo, hi = 0.0, 1.0
+    while rent(hi) < own_ref and hi < 1e6:
+        hi *= 2.0
+    if rent(hi) < own_ref:
+        return BreakEvenCalc(math.inf, measured, ref, own_ref, all_cloud_usd, verdict)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rent(mid) < own_ref else (lo, mid)
+    return BreakEvenCalc(hi * measured, measured, ref, own_ref, all_cloud_usd, verdict)
 
 
 def total_of(block: CostBlock, sid: str) -> float:
     return float(next(s.total.value for s in block.scenarios if s.id == sid) or 0.0)
 
 
-def tornado(cfg: Config, m: Measured, fraction: float) -> Table:
-    base = cost_block(cfg, m)
-    base_diff = total_of(base, "all-cloud") - total_of(base, "all-on-prem")
+def best_owning(block: CostBlock) -> Scenario:
+    """The cheapest allowed scenario that owns GPUs (stay-as-is counts only when today's fleet is owned)."""
+    pool = [s for s in block.scenarios if s.id in OWNING and s.allowed and not s.what_if and s.owned_gpus > 0]
+    return min(pool, key=lambda s: (s.total.value or 0.0, SCENARIO_ORDER.index(s.id)))
+
+
+def cloud_minus_own(block: CostBlock) -> float:
+    return total_of(block, "all-cloud") - float(best_owning(block).total.value or 0.0)
+
+
+def _moved(cfg: Config, section: str, key: str, value: float, lo: float, hi: float) -> tuple[Config, float]:
+    value = min(max(value, lo), hi)
+    if section == "cloud" and key == "spot_share":  # the shares must still add up to at most 1
+        value = min(value, 1.0 - cfg.cloud.reserved_share - cfg.cloud.capacity_block_share)
+    return cfg.replace(section, **{key: value}), value
+
+
+def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
+    base = base or cost_block(cfg, m, what_if=False)
+    base_diff = cloud_minus_own(base)
     rows = []
-    for section, key, label in PRICES:
-        value = getattr(getattr(cfg, section), key)
-        ends = {}
+    for section, key, label, lo, hi in PARAMETERS:
+        value = float(getattr(getattr(cfg, section), key))
+        if value == 0:
+            continue  # a share of nothing moves nothing
+        ends: dict[str, tuple[CostBlock, float]] = {}
         for side, mult in (("low", 1 - fraction), ("high", 1 + fraction)):
-            b = cost_block(cfg.replace(section, **{key: value * mult}), m)
-            ends[side] = b
-        lo, hi = ends["low"], ends["high"]
-        lo_diff = total_of(lo, "all-cloud") - total_of(lo, "all-on-prem")
-        hi_diff = total_of(hi, "all-cloud") - total_of(hi, "all-on-prem")
+            moved, used = _moved(cfg, section, key, value * mult, lo, hi)
+            ends[side] = (cost_block(moved, m, what_if=False), used)
+        (lb, lv), (hb, hv) = ends["low"], ends["high"]
+        lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
         rows.append({
-            "parameter": label, "key": f"{section}.{key}", "base_value": value,
-            "low_value": value * (1 - fraction), "high_value": value * (1 + fraction),
+            "parameter": label, "key": f"{section}.{key}", "base_value": value, "low_value": lv, "high_value": hv,
             "base_diff_usd": base_diff, "low_diff_usd": lo_diff, "high_diff_usd": hi_diff,
             "swing_usd": abs(hi_diff - lo_diff),
-            "cheapest_low": lo.cheapest, "cheapest_high": hi.cheapest,
-            "break_even_low": lo.break_even, "break_even_high": hi.break_even,
-            "changes_cheapest": lo.cheapest != base.cheapest or hi.cheapest != base.cheapest,
+            "cheapest_low": lb.cheapest, "cheapest_high": hb.cheapest,
+            "break_even_low": lb.break_even.held, "break_even_high": hb.break_even.held,
+            "changes_cheapest": lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
         })
     rows.sort(key=lambda r: (-r["swing_usd"], r["parameter"]))
+    pct = f"{fraction:.0%}"
     cols = (
-        Column("parameter", "", "price moved"), Column("key", "", "config key"),
-        Column("base_value", "", "configured value"), Column("low_value", "", f"value × {1 - fraction:g}"),
-        Column("high_value", "", f"value × {1 + fraction:g}"),
-        Column("base_diff_usd", "USD", "all-cloud − all-on-prem total at the configured prices"),
-        Column("low_diff_usd", "USD", "all-cloud − all-on-prem total with this price low"),
-        Column("high_diff_usd", "USD", "all-cloud − all-on-prem total with this price high"),
+        Column("parameter", "", "input moved"), Column("key", "", "config key"),
+        Column("base_value", "", "configured value"),
+        Column("low_value", "", f"value × {1 - fraction:g} (clamped to its range)"),
+        Column("high_value", "", f"value × {1 + fraction:g} (clamped to its range)"),
+        Column("base_diff_usd", "USD", "all-cloud − cheapest owning scenario, configured inputs"),
+        Column("low_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input low"),
+        Column("high_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input high"),
         Column("swing_usd", "USD", "|high − low|"),
-        Column("cheapest_low", "", "cheapest scenario with this price low"),
-        Column("cheapest_high", "", "cheapest scenario with this price high"),
-        Column("break_even_low", "fraction", "break-even real utilization with this price low"),
-        Column("break_even_high", "fraction", "break-even real utilization with this price high"),
+        Column("cheapest_low", "", "cheapest allowed scenario, this input low"),
+        Column("cheapest_high", "", "cheapest allowed scenario, this input high"),
+        Column("break_even_low", "fraction", "break-even held-hour utilization, this input low"),
+        Column("break_even_high", "fraction", "break-even held-hour utilization, this input high"),
         Column("changes_cheapest", "", "the cheapest scenario changes at either end"),
     )
-    return Table("tornado", f"Each price ±{fraction:.0%} on its own (positive difference: owning is cheaper).",
-                 cols, tuple(rows), "cost model rerun per price")
+    return Table("tornado", f"Each input ±{pct} on its own (positive difference: owning is cheaper); inputs "
+                 "set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
 
 
 def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
     rows = []
+    tl = costs.timeline(cfg)
     for g in rates:
-        b = cost_block(cfg, m, growth=g)
-        row: dict[str, object] = {"growth_per_year": g, "demand_factor": growth_factor(g, cfg.analysis.horizon_months)}
+        b = cost_block(cfg, m, growth=g, what_if=False)
+        row: dict[str, object] = {"growth_per_year": g, "demand_factor": tl.mean_growth(g)}
         for s in b.scenarios:
             row[f"{s.id.replace('-', '_')}_usd"] = s.total.value
         row["cheapest"] = b.cheapest
@@ -186,9 +383,9 @@ def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
         rows.append(row)
     cols = (
         Column("growth_per_year", "fraction", "demand growth per year"),
-        Column("demand_factor", "", "average demand multiplier over the horizon"),
-        *(Column(f"{sid.replace('-', '_')}_usd", "USD", f"total of scenario {sid}") for sid in SCENARIO_ORDER),
-        Column("cheapest", "", "cheapest scenario"), Column("hybrid_n_star", "GPUs", "hybrid N*"),
+        Column("demand_factor", "", "demand multiplier averaged over the horizon (months weighted by discount)"),
+        *(Column(f"{sid.replace('-', '_')}_usd", "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
+        Column("cheapest", "", "cheapest allowed scenario"), Column("hybrid_n_star", "GPUs", "hybrid N*"),
     )
     return Table("growth", "Scenario totals when demand grows (average multiplier over the horizon).", cols,
                  tuple(rows), "cost model rerun per growth rate")
@@ -197,5 +394,70 @@ def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
 def with_egress(cfg: Config, egress_gb_per_week: float | None) -> Config:
     if egress_gb_per_week is None:
         return cfg
-    new = dataclasses.replace(cfg.cloud, egress_gb_per_week=float(egress_gb_per_week))
-    return dataclasses.replace(cfg, cloud=new)
+    return cfg.replace("cloud", egress_gb_per_week=float(egress_gb_per_week))
+
+
+# ------------------------------------------------------------------------------------------ cost bootstrap
+
+
+@dataclass(frozen=True)
+class CostDraws:
+    """Scenario totals per resample with the point estimate's plan held fixed."""
+
+    ids: tuple[str, ...]
+    totals: np.ndarray  # resamples × scenarios
+
+
+def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days: np.ndarray) -> CostDraws:
+    """Totals of the point estimate's scenarios (same reservation, same owned counts) when whole days are
+    resampled: `idx` (resamples × n) indexes `days` (the distinct UTC days). Everything a plan pays per
+    bucket is summed per day, so a resample is a sum of day totals."""
+    tl, prices, plan = block.timeline, block.prices, block.plan
+    held, basis = block.held, block.sizing_series
+    fl = block.fleet
+    unit = prices.unit
+    per_bucket = {
+        "all-cloud": np.maximum(costs.billable(held, unit) - plan.reserved_gpus, 0.0),
+        "hybrid": costs.billable(basis - plan.n_hybrid, unit),
+    }
+    if m.current is Deployment.ON_PREM:
+        per_bucket["stay-as-is"] = costs.billable(basis - plan.existing, unit)
+    else:
+        running = m.reporting[m.reporting > 1e-9]
+        per_bucket["stay-as-is"] = np.maximum(costs.billable(running, unit) - plan.stay_reserved_gpus, 0.0)
+    pos = np.searchsorted(days, block.day)
+    counts = np.bincount(pos, minlength=len(days)).astype(float)
+    sums = {k: np.bincount(pos, weights=v, minlength=len(days)) for k, v in per_bucket.items()}
+    n_draw = counts[idx].sum(axis=1)
+    n_draw[n_draw <= 0] = np.nan
+    means = {k: v[idx].sum(axis=1) / n_draw for k, v in sums.items()}
+
+    def own(n: float) -> float:
+        return float(costs.owned_total(costs.owned_cost(cfg, tl, float(n), block.watts, fl.existing,
+                                                        fl.age_years))[0])
+
+    fixed = sum(costs.cloud_fixed(cfg, tl).values())
+    per_gpu_flex = costs.HOURS_PER_MONTH * prices.flexible * tl.annuity
+    per_gpu_res = costs.HOURS_PER_MONTH * prices.reserved * tl.annuity
+
+    def bill(reserved: float, flex: np.ndarray) -> np.ndarray:
+        used = (flex > 1e-12) | (reserved > 1e-12)
+        return reserved * per_gpu_res + flex * per_gpu_flex + np.where(used, fixed, 0.0)
+
+    ids, cols = [], []
+    for s in block.scenarios:
+        if s.what_if:
+            continue
+        if s.id == "all-cloud":
+            v = own(0) + bill(plan.reserved_gpus, means["all-cloud"])
+        elif s.id == "hybrid":
+            v = own(plan.n_hybrid) + bill(0.0, means["hybrid"])
+        elif s.id == "stay-as-is" and m.current is Deployment.ON_PREM:
+            v = own(plan.existing) + bill(0.0, means["stay-as-is"])
+        elif s.id == "stay-as-is":
+            v = bill(plan.stay_reserved_gpus, means["stay-as-is"])
+        else:  # all-on-prem: owned, demand-independent
+            v = np.full(idx.shape[0], float(s.total.value or 0.0))
+        ids.append(s.id)
+        cols.append(v)
+    return CostDraws(tuple(ids), np.column_stack(cols))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuaudit.analysis.result import AnalysisResult
+from gpuaudit.textsafe import printable
 
 
 def _pct(x: float | None) -> str:
@@ -10,14 +11,20 @@ def _pct(x: float | None) -> str:
 
 
 def _usd(x: float | None) -> str:
-    return "—" if x is None else f"${x:,.0f}"
+    if x is None:
+        return "—"
+    return f"−${-x:,.0f}" if x < 0 else f"${x:,.0f}"
 
 
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
     ci = r.confidence
-    be = "never (renting is cheaper)" if r.break_even.never else _pct(r.break_even.real_utilization.value)
+    be = r.break_even
+    be_text = ("never (renting is cheaper even with every GPU held all the time)" if be.never
+               else _pct(be.held_utilization.value))
+    conf = d.confidence
+    gap_sign = "≥ " if u.phantom_gap.lower_bound else ""
     lines = [
         f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({t.days:.1f} days), {t.gpus} GPUs on "
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
@@ -26,29 +33,45 @@ def summary(r: AnalysisResult) -> str:
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",
         f"runtime-hour utilization  {_pct(u.runtime_utilization.value)}  "
         f"(90 % CI {_pct(ci.runtime_utilization.low)}–{_pct(ci.runtime_utilization.high)})",
-        f"real utilization          {_pct(u.real_utilization.value)}{ub}  "
-        f"(90 % CI {_pct(ci.real_utilization.low)}–{_pct(ci.real_utilization.high)})",
-        f"efficiency while held     {_pct(u.efficiency_while_held.value)}",
-        f"phantom gap               {_pct(u.phantom_gap.value)}",
-        f"idle-held GPU-hours       {u.idle_held_gpu_hours.value:,.1f}",
+        (f"real utilization          {_pct(u.real_utilization_lower.value)} to {_pct(u.real_utilization.value)}"
+         " (bounds: SM activity not measured everywhere)" if u.real_is_upper_bound else
+         f"real utilization          {_pct(u.real_utilization.value)}  "
+         f"(90 % CI {_pct(ci.real_utilization.low)}–{_pct(ci.real_utilization.high)})"),
+        f"efficiency while held     {_pct(u.efficiency_while_held.value)}{ub}",
+        f"phantom gap               {gap_sign}{_pct(u.phantom_gap.value)}",
+        f"idle-held GPU-hours       {gap_sign}{u.idle_held_gpu_hours.value:,.1f}",
         f"never-used GPUs           {int(u.never_used_count.value or 0)}",
         "",
-        f"decision: {d.branch.value.upper()} — {d.headline}",
-        f"  rule {d.rule.id}: " + "; ".join(
+        f"recommendation: {d.recommendation.upper()} (confidence {conf.level}) — {d.headline}",
+        f"  rule {d.rule.id} → {d.branch.value}"
+        + ("" if d.determined else f" (could be {' or '.join(d.possible_branches)})") + ": " + "; ".join(
             f"{x.fact} {x.op} {x.threshold} (actual {x.actual})" for x in d.rule.conditions),
+        f"  costs: cheapest allowed scenario {d.cheapest_scenario} → {d.cost_branch}",
         *(f"  caveat: {x}" for x in d.caveats),
-        f"  flips in {ci.flip_share:.0%} of {ci.resamples} day-resamples; re-evaluate on {d.reevaluate_on}",
+        *(f"  confidence: {x}" for x in conf.reasons),
+        f"  rule flips in {ci.flip_share:.0%} and the cheapest scenario in {ci.cheapest_flip_share:.0%} of "
+        f"{ci.resamples} day-resamples; re-evaluate on {d.reevaluate_on}",
         "",
-        f"costs over {c.horizon_months} months (preset {c.preset}; cloud "
-        f"${c.cloud_effective_usd_per_gpu_hour.value:.2f}/GPU-h effective, owned "
-        f"${c.owned_usd_per_gpu_hour.value:.2f}/GPU-h marginal):",
+        f"costs, present value over {c.horizon_months} months at {c.discount_rate_per_year:.0%}/year (preset "
+        f"{c.preset}; cloud ${c.cloud_flexible_usd_per_gpu_hour.value:.2f}/GPU-h flexible, "
+        f"${c.cloud_reserved_usd_per_gpu_hour.value:.2f} reserved; owned ${c.owned_usd_per_gpu_hour.value:.2f}/GPU-h "
+        "marginal):",
         *(f"  {s.id:<22} {_usd(s.total.value):>14}{'  ← cheapest' if s.id == c.cheapest else ''}"
-          for s in c.scenarios),
-        f"break-even real utilization: {be}",
-        f"hybrid: own N* = {r.hybrid.n_star} GPUs (critical fractile: {r.hybrid.critical_fractile_n}); "
-        f"peak demand {r.hybrid.peak_demand.value:.1f} GPUs",
+          f"{'  (not allowed: rents)' if not s.allowed else ''}"
+          for s in c.scenarios if not s.what_if),
+        "  if behaviour changes (held hours × " f"{c.pack_factor:.2f}; never counted as cheapest):",
+        *(f"  {s.id:<22} {_usd(s.total.value):>14}" for s in c.scenarios if s.what_if),
+        f"all-cloud − cheapest owning: {_usd(ci.cost_difference_usd.point)} (90 % CI "
+        f"{_usd(ci.cost_difference_usd.low)} to {_usd(ci.cost_difference_usd.high)})",
+        f"break-even held-hour utilization: {be_text}; measured {_pct(be.measured_held)} → {be.verdict}",
+        f"hybrid: best N ≥ 1 = {r.hybrid.n_owning} GPUs, N* = {r.hybrid.n_star} (critical fractile "
+        f"{r.hybrid.critical_fractile_n}; {'agrees' if r.hybrid.agrees else 'differs'}); owning pays only above "
+        + (f"~{r.hybrid.hurdle_gpus.value:,.1f} busy GPUs" if r.hybrid.hurdle_gpus.value is not None
+           else "— never at these prices")
+        + f"; peak demand {r.hybrid.peak_demand.value:.1f} GPUs",
     ]
     if r.warnings:
         lines.append("")
         lines += [f"warning: {w}" for w in r.warnings]
-    return "\n".join(lines) + "\n"
+    # Warnings and caveats can quote data (paths, names): no raw control characters on the terminal.
+    return "\n".join(printable(line) for line in lines) + "\n"

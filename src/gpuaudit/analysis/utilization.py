@@ -22,7 +22,7 @@ from gpuaudit.analysis.rollup import DEMAND_BUCKET_S, Rollups
 from gpuaudit.errors import NoDataError
 
 H = 3600.0
-SRC_SAMPLES = "gpu_samples via sql/analysis_rollup.sql"
+SRC_SAMPLES = "gpu_samples via sql/analysis_buckets.sql (de-duplicated) and sql/analysis_rollup.sql"
 SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
 
 # Shared column definitions of the W/R/S tables.
@@ -45,6 +45,7 @@ class Totals:
     r: float
     b: float
     s: float
+    s_lower: float  # S counting duty-cycle-only time as no SM activity
     s_held: float
     idle_held: float
     fallback: float
@@ -53,6 +54,7 @@ class Totals:
     energy_s: float
     trial_hours: float
     gpu_equivalents: float
+    overlap: float = 0.0  # GPU-hours removed by stage 1's de-duplication
 
     @property
     def real_utilization(self) -> float:
@@ -125,12 +127,13 @@ def totals(roll: Rollups) -> Totals:
     g = roll.gpu_hours
     sums = g.select(
         pl.col("observed_s", "held_s", "busy_s", "real_s", "real_held_s", "idle_held_s", "fallback_s",
-               "unmeasured_s", "energy_j", "energy_s").sum()
+               "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s").sum()
     ).row(0, named=True)
     per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
     span_s = float(g["last_s"].max()) - float(g["first_s"].min())
     return Totals(
         w=sums["observed_s"] / H, r=sums["held_s"] / H, b=(sums["busy_s"] or 0) / H, s=(sums["real_s"] or 0) / H,
+        s_lower=((sums["real_s"] or 0) - (sums["fallback_real_s"] or 0)) / H, overlap=(sums["overlap_s"] or 0) / H,
         s_held=(sums["real_held_s"] or 0) / H, idle_held=sums["idle_held_s"] / H, fallback=sums["fallback_s"] / H,
         unmeasured=sums["unmeasured_s"] / H, energy_j=sums["energy_j"] or 0.0, energy_s=sums["energy_s"] or 0.0,
         trial_hours=span_s / H, gpu_equivalents=float(per_gpu["gpu_fraction"].sum()),
@@ -202,12 +205,15 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
                              "Busy utilization: share of time a kernel was running (duty cycle)."),
         efficiency_while_held=fig(t.s / t.r if t.r > 0 else None, "fraction", "S / R", src,
                                   "Efficiency while held: SM activity per runtime GPU-hour.", upper),
-        phantom_gap=fig(t.r / t.w - t.s / t.w, "fraction", "R / W − S / W", src,
-                        "Phantom gap: utilization that runtime-hour accounting reports but the SMs never did.",
-                        upper),
-        idle_held_gpu_hours=fig(t.idle_held, "GPU-h",
-                                "Σ interval_s × gpu_fraction / 3600 where n_processes ≥ 1 and sm_active < 0.01",
-                                src, "Idle-held GPU-hours: a process held the GPU while its SMs were idle."),
+        # With S an upper bound, R/W − S/W is a LOWER bound of the gap (the real gap can only be larger).
+        phantom_gap=Figure(t.r / t.w - t.s / t.w, "fraction", "R / W − S / W", src,
+                           "Phantom gap: utilization that runtime-hour accounting reports but the SMs never did"
+                           + (" (a lower bound: S is an upper bound)" if upper else "") + ".", lower_bound=upper),
+        idle_held_gpu_hours=Figure(t.idle_held, "GPU-h",
+                                   "Σ interval_s × gpu_fraction / 3600 where n_processes ≥ 1 and sm_active < 0.01",
+                                   src, "Idle-held GPU-hours: a process held the GPU while its SMs were idle"
+                                   + (" (a lower bound: duty cycle stood in for SM activity)" if upper else "")
+                                   + ".", lower_bound=upper),
         never_used_count=fig(float(len(never)), "GPUs", "count of GPUs (MIG slices) with R = 0", src,
                              "GPUs that no process used during the whole trial."),
         never_used_gpus=tuple(never),
@@ -219,6 +225,9 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
                             "(rows with power)", src, "Measured average board power per GPU."),
         energy_kwh=fig(t.energy_j / 3.6e6, "kWh", "Σ energy_j × gpu_fraction / 3.6e6", src,
                        "Energy the GPUs used during the trial (board power, before PUE)."),
+        real_utilization_lower=fig(t.s_lower / t.w, "fraction", "(S − duty-cycle stand-in) / W", src,
+                                   "Lowest possible real utilization: duty-cycle-only time counted as no SM "
+                                   "activity (equals real utilization where SM activity was measured)."),
     )
 
 
@@ -427,7 +436,8 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         .sort("coverage", "gpu")
     )
     stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
-    coverage = t.w / (t.gpu_equivalents * t.trial_hours) if t.trial_hours > 0 else 0.0
+    capacity = cfg.analysis.fleet_gpus or t.gpu_equivalents  # the whole fleet when it is configured
+    coverage = t.w / (capacity * t.trial_hours) if t.trial_hours > 0 else 0.0
     gap_hours = float(per["gap_hours"].sum())
     warnings = []
     if tr.provisional:
@@ -447,8 +457,12 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     if t.unmeasured > 0:
         warnings.append(f"{t.unmeasured / t.w:.1%} of observed time has neither SM activity nor duty cycle "
                         "(counted as idle)")
+    if t.overlap > 1e-6:
+        warnings.append(f"{t.overlap:,.1f} GPU-hours of overlapping samples were counted once (copied files, an "
+                        "import over agent data, or two agents on one GPU)")
     for f in roll.skipped_files:
         warnings.append(f"skipped unreadable file {f}")
+    warnings.extend(roll.rejected_rows)
     gpus = table(
         "gpus", "Coverage per GPU.", per,
         (Column("host"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
@@ -460,7 +474,7 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         SRC_SAMPLES,
     )
     return DataQuality(
-        coverage=Figure(coverage, "fraction", "W ÷ (GPU equivalents × trial hours)", SRC_SAMPLES,
+        coverage=Figure(coverage, "fraction", "W ÷ (fleet GPU equivalents × trial hours)", SRC_SAMPLES,
                         "Share of GPU time covered by samples: 1 means every GPU reported all the time."),
         gap_hours=Figure(gap_hours, "hours", "Σ over GPUs of trial hours without a sample", SRC_SAMPLES,
                          "Hours in which a GPU sent no sample."),
@@ -471,4 +485,9 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
                                 "duty_cycle / W", SRC_SAMPLES, "Observed time with no activity metric."),
         gpus=gpus,
         warnings=tuple(warnings),
+        overlap_gpu_hours=Figure(t.overlap, "GPU-h", "Σ overlap_s / 3600", SRC_SAMPLES,
+                                 "Duplicate or overlapping samples removed: a lower-precedence source over the same "
+                                 "GPU-time (agent GPM > DCGM import > duty cycle), or one source's rows that overlap "
+                                 "in time."),
+        rejected_rows=roll.rejected_rows,
     )

@@ -88,6 +88,9 @@ def _pct_axis(axis) -> None:
 
 
 def _short(label: str, limit: int = 28) -> str:
+    from gpuaudit.textsafe import printable
+
+    label = printable(label)  # a name with control characters: shown escaped, not as missing glyphs
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
@@ -216,8 +219,9 @@ def break_even_curve(
     today_util: float,
     break_even_util: float | None,
     unit: str,
+    x_label: str = "held-hour utilization",
 ) -> str:
-    """Cost of each option against real utilization, the crossing and today's point marked."""
+    """Cost of each option against utilization (the basis the cloud bills), the crossing and today's point."""
     fig, ctx = _figure(2.8, "breakeven")
     ax = fig.add_subplot()
     ax.plot(list(utilization), list(cloud_cost), color=CLOUD, lw=2, label="cloud")
@@ -233,11 +237,11 @@ def break_even_curve(
     _pct_axis(ax.xaxis)
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(_money_formatter())
-    ax.set_xlabel("real utilization (SM active)")
+    ax.set_xlabel(x_label)
     ax.set_ylabel(unit)
     ax.grid(color=GRID, lw=0.6)
     ax.legend(frameon=False, loc="lower right")
-    ax.set_title("Break-even: cost against real utilization")
+    ax.set_title(f"Break-even: cost against {x_label}")
     return _svg(fig, ctx, "Break-even curve")
 
 

@@ -76,6 +76,8 @@ def _fig(label: str, figure: Any, *, emphasis: bool = False, text: str | None = 
     value_text = text if text is not None else fmt.unit_value(figure.value, figure.unit)
     if getattr(figure, "upper_bound", False) and figure.value is not None:
         value_text = "≤ " + value_text
+    elif getattr(figure, "lower_bound", False) and figure.value is not None:
+        value_text = "≥ " + value_text
     source = figure.formula if not figure.source else f"{figure.formula} — {figure.source}"
     return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
 
@@ -154,31 +156,42 @@ def _unit_label(unit: str) -> str:
 
 def _verdict(r: Any) -> Verdict:
     d = r.decision
-    branch = str(d.branch.value if hasattr(d.branch, "value") else d.branch)
+    rec = d.recommendation
     current = str(d.inputs.current.value if hasattr(d.inputs.current, "value") else d.inputs.current)
-    if branch == "hybrid" and r.hybrid.n_star > 0:
-        headline = f"Go hybrid: own {r.hybrid.n_star:,} GPUs, burst the rest to the cloud"
-    elif branch == "hybrid":
-        headline = "Go hybrid: keep a steady base on-prem, burst peaks to the cloud"
+    rule_branch = str(d.branch.value if hasattr(d.branch, "value") else d.branch)
+    if rec == "hybrid":
+        headline = f"Go hybrid: own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
     else:
-        headline = _HEADLINES.get((branch, current), branch)
+        headline = _HEADLINES.get((rec, current), rec)
+    if not d.determined:
+        headline += " (the utilization rule cannot tell: measure SM activity)"
+    elif not d.agrees_with_costs:
+        headline += f" — your prices say so; the utilization rule says {rule_branch}"
     conds = "; ".join(_condition(c) for c in d.rule.conditions)
     description = d.rule.description.rstrip(". ")
     rule = f"{description} ({conds})" if conds else description
+    if not d.determined:
+        rule += ". Possible branches while SM activity is unmeasured: " + " or ".join(d.possible_branches)
     caveats = [c for c in d.caveats if not c.lower().startswith("provisional")]  # said on its own line
     if caveats:
         rule += ". Caveats: " + "; ".join(caveats)
     c = r.confidence
-    flip = c.flip_share
-    level = "high" if flip < 0.05 else "medium" if flip < 0.2 else "low"
+    conf = d.confidence
     confidence = (
-        f"{level} — real utilization {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
-        f"({c.level:.0%} interval); the recommendation changes in {flip:.0%} of {c.resamples:,} "
-        f"resamples of the {c.days} observed days"
+        f"{conf.level} — real utilization {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
+        f"({c.level:.0%} interval); the rule's branch changes in {c.flip_share:.0%} and the cheapest scenario in "
+        f"{c.cheapest_flip_share:.0%} of {c.resamples:,} resamples of the {c.days} observed days"
     )
+    if conf.reasons:
+        confidence += ". Not higher because: " + "; ".join(conf.reasons)
     u = r.utilization
+    real_fig = (KeyFigure("Real utilization (SM active)",
+                          f"{fmt.pct(u.real_utilization_lower.value)} – {fmt.pct(u.real_utilization.value)}",
+                          "between S counting duty-cycle-only time as idle and S with duty cycle standing in",
+                          emphasis=True)
+                if u.real_is_upper_bound else _fig("Real utilization (SM active)", u.real_utilization, emphasis=True))
     figs = [
-        _fig("Real utilization (SM active)", u.real_utilization, emphasis=True),
+        real_fig,
         _fig("Believed utilization (runtime hours)", u.runtime_utilization),
         _fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
         _cheapest_figure(r),
@@ -186,7 +199,7 @@ def _verdict(r: Any) -> Verdict:
     reason = (f"the trial covers {r.trial.days:.1f} days, less than the minimum for a firm decision; "
               f"collect more data and re-run")
     return Verdict(
-        branch=branch,
+        branch=rec,
         headline=headline,
         why=d.headline,
         rule=rule,
@@ -200,12 +213,17 @@ def _verdict(r: Any) -> Verdict:
 
 
 def _cost_note(r: Any) -> str:
-    if r.decision.agrees_with_costs:
+    d = r.decision
+    if d.agrees_with_costs:
         return ""
     best = _scenario(r, r.costs.cheapest)
     name = best.label if best else r.costs.cheapest
-    return (f"The cheapest scenario in the cost model is {name}, not the rule's branch: the rule reads "
-            f"utilization thresholds, the cost model prices this fleet's demand. See section 5 and the sensitivity.")
+    if not d.determined:
+        return (f"The utilization rule could land on {' or '.join(d.possible_branches)}: real utilization is only "
+                f"bounded. The cost model, which bills held hours (measured), finds {name} cheapest. See section 5.")
+    return (f"The utilization rule says {d.branch.value if hasattr(d.branch, 'value') else d.branch}; the cost "
+            f"model finds {name} cheaper by {fmt.money(d.versus_tree_usd)} over {r.costs.horizon_months} months "
+            "with your prices. The recommendation follows the prices; check them in Method and assumptions.")
 
 
 def _condition(c: Any) -> str:
@@ -264,6 +282,7 @@ def _phantom_dollars(r: Any) -> tuple[float | None, float | None, str]:
 def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
     u = r.utilization
     trial_usd, per_year, formula = _phantom_dollars(r)
+    at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
     gap_hours = None
     if u.runtime_gpu_hours.value is not None and u.real_gpu_hours.value is not None:
         gap_hours = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
@@ -271,10 +290,10 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
         _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
         _fig("Phantom gap R/W − S/W", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
-        KeyFigure("Phantom GPU-hours R − S", fmt.hours(gap_hours),
+        KeyFigure("Phantom GPU-hours R − S", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
                   "runtime GPU-hours minus real GPU-hours over the trial"),
-        KeyFigure("Phantom gap in dollars (trial)", fmt.money(trial_usd), formula),
-        KeyFigure("… per year at this rate", fmt.money(per_year), formula, emphasis=True),
+        KeyFigure("Phantom gap in dollars (trial)", at_least_sign + fmt.money(trial_usd), formula),
+        KeyFigure("… per year at this rate", at_least_sign + fmt.money(per_year), formula, emphasis=True),
         _fig("Efficiency while held S/R", u.efficiency_while_held),
         _fig("Kernel busy (duty cycle) B/W", u.busy_utilization),
     ]
@@ -301,9 +320,11 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
     if u.real_is_upper_bound:
         notes.append(f"Part of the fleet reports only the duty cycle ({fmt.pct(u.upper_bound_share.value)} of "
                      "observed hours): there S uses the duty cycle, so real utilization is an upper bound.")
+    at_most = "at most " if u.real_is_upper_bound else ""
+    at_least = "at least " if u.real_is_upper_bound else ""
     lead = (f"The fleet looks {fmt.pct(u.runtime_utilization.value)} used if you count the hours a job held a "
-            f"GPU, but its SMs were active {fmt.pct(u.real_utilization.value)} of the time: "
-            f"{fmt.hours(gap_hours)} of held GPU time did no work.")
+            f"GPU, but its SMs were active {at_most}{fmt.pct(u.real_utilization.value)} of the time: "
+            f"{at_least}{fmt.hours(gap_hours)} of held GPU time did no work.")
     return Section("believed-vs-real", "Believed vs real utilization", lead, tuple(figs), (chart,), (table,),
                    tuple(notes))
 
@@ -405,18 +426,26 @@ def _when(r: Any, step: Callable[[str], None]) -> Section:
 
 def _demand(r: Any, step: Callable[[str], None]) -> Section:
     h, be, c = r.hybrid, r.break_even, r.costs
+    hurdle = h.hurdle_gpus.value
     figs = [
-        KeyFigure("Hybrid: GPUs to own N*", f"{h.n_star:,}",
-                  "N minimizing owned cost(N) + cloud cost of demand above N over the measured demand series "
-                  f"({h.demand_basis})", emphasis=True),
+        KeyFigure("Hybrid: GPUs to own (best N ≥ 1)", f"{h.n_owning:,}",
+                  "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
+                  f"series ({h.demand_basis}); N* over N ≥ 0 is {h.n_star:,} (0 = renting everything is cheapest)",
+                  emphasis=True),
         KeyFigure("Critical-fractile check", f"{h.critical_fractile_n:,}",
-                  f"largest N with demand ≥ N at least {fmt.pct(h.fractile.value)} of the time "
-                  f"(1/U, U = {h.cost_ratio_u.value:,.2f}); {'agrees with' if h.agrees else 'differs from'} N*"),
+                  f"largest N with demand ≥ N at least c_own/c_cloud of the time (fixed costs left out; "
+                  f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
+                  "the best N ≥ 1"),
+        KeyFigure("Owning pays only above", "never at these prices" if hurdle is None else f"~{hurdle:,.1f} busy GPUs",
+                  f"{h.hurdle_gpus.formula}; fixed costs {fmt.money(h.fixed_cost_usd)}"),
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
-        _fig("Break-even real utilization", be.real_utilization, emphasis=True,
-             text="never (renting is cheaper even at 100 %)" if be.never else None),
-        KeyFigure("Measured real utilization", fmt.pct(be.measured_real), "S / W over the trial"),
+        _fig("Break-even held-hour utilization", be.held_utilization, emphasis=True,
+             text="never (renting is cheaper even fully held)" if be.never else None),
+        KeyFigure("Measured held-hour utilization", fmt.pct(be.measured_held),
+                  "mean fleet-scaled GPUs held ÷ fleet GPUs: what the cloud would bill"),
+        _fig("… as real utilization at today's efficiency", be.real_equivalent,
+             text="never" if be.never else None),
     ]
     charts_: list[Chart] = []
     d = r.breakdowns.demand
@@ -426,25 +455,27 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
         xs, ys = _duration_curve(values)
         step("chart: demand")
         charts_.append(Chart("demand", "Demand duration curve",
-                             charts.demand_duration(xs, ys, float(h.n_star), float(r.trial.gpu_equivalents),
+                             charts.demand_duration(xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
                                                     _DEMAND_LABELS.get(dcol, dcol.replace("_", " "))),
-                             caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, "
-                                     f"{h.bucket_s:,.0f} s buckets); N* from the hybrid sizing."))
-    cloud_rate = c.cloud_effective_usd_per_gpu_hour.value
-    if cloud_rate is not None and be.real_utilization.value is not None:
+                             caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, hourly means of "
+                                     f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1."))
+    u_star = be.held_utilization.value
+    if u_star is not None and be.own_usd and c.fleet_gpus:
+        years = c.horizon_months / 12
+        own_per_gpu_year = be.own_usd / c.fleet_gpus / years
         grid = [i / 100 for i in range(0, 101, 2)]
-        # Per GPU-year: cloud bills only the hours used (u × rate); owning costs the same at any u, and
-        # by definition equals the cloud cost at the break-even u*.
-        cloud = [u * cloud_rate * HOURS_PER_YEAR for u in grid]
-        owned = [be.real_utilization.value * cloud_rate * HOURS_PER_YEAR] * len(grid)
+        # Renting grows with the held hours; owning costs the same at any utilization and meets renting at u*.
+        cloud = [own_per_gpu_year * x / u_star if u_star > 0 else 0.0 for x in grid]
+        owned = [own_per_gpu_year] * len(grid)
         step("chart: break-even")
         charts_.append(Chart("break-even", "Break-even curve",
-                             charts.break_even_curve(grid, cloud, owned, be.measured_real,
-                                                     None if be.never else be.real_utilization.value,
-                                                     "USD per GPU-year"),
-                             caption=f"Cloud: utilization × {fmt.money(cloud_rate)}/GPU-h effective rate × "
-                                     f"{HOURS_PER_YEAR:,.0f} h. On-prem: flat, equal to cloud at the break-even "
-                                     f"u* ({be.real_utilization.formula})."))
+                             charts.break_even_curve(grid, cloud, owned, be.measured_held,
+                                                     None if be.never else u_star, "USD per GPU-year (PV)",
+                                                     "held-hour utilization"),
+                             caption=f"Owning ({be.own_reference}): {fmt.money(be.own_usd)} over "
+                                     f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
+                                     "proportional to the held hours, equal to owning at u* "
+                                     f"({be.held_utilization.formula})."))
     n_col = _col(h.curve, "n", "owned_gpus", "n_owned")
     cost_col = _col(h.curve, "total_usd", "total", "cost_usd")
     if h.curve.rows and n_col and cost_col:
@@ -452,14 +483,16 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
         charts_.append(Chart("hybrid-curve", "Hybrid cost by owned GPUs",
                              charts.cost_curve([float(x[n_col]) for x in h.curve.rows],
                                                [float(x.get(cost_col) or 0) for x in h.curve.rows],
-                                               float(h.n_star), f"USD over {c.horizon_months} months"),
-                             caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N."))
+                                               float(h.n_star), f"USD over {c.horizon_months} months (PV)"),
+                             caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N "
+                                     "(N = 0: all cloud)."))
     tables = ()
+    verdict = "renting is cheaper" if be.verdict == "cloud" else "owning is cheaper"
     lead = (f"Demand peaked at {fmt.unit_value(h.peak_demand.value, 'count')} GPUs and averaged "
-            f"{fmt.num(h.mean_demand.value, 1)}. Owning pays above {fmt.pct(be.real_utilization.value)} real "
-            f"utilization; the fleet runs at {fmt.pct(be.measured_real)}.")
+            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours: owning pays above "
+            f"{fmt.pct(u_star)} held-hour utilization; the fleet's is {fmt.pct(be.measured_held)}, so {verdict}.")
     if be.never:
-        lead = "Renting is cheaper than owning even at 100 % real utilization with these prices."
+        lead = "Renting is cheaper than owning even with every GPU held all the time, at these prices."
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
 
 
@@ -484,47 +517,61 @@ def _duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
 def _costs(r: Any, step: Callable[[str], None]) -> Section:
     c = r.costs
     months = c.horizon_months
-    scenarios = list(c.scenarios)
-    rows = []
-    for s in scenarios:
-        marker = " ◀ cheapest" if s.id == c.cheapest else ""
-        rows.append((s.label + marker, s.description, f"{s.owned_gpus:,}", fmt.hours(s.cloud_gpu_hours),
-                     fmt.money(s.monthly_usd), fmt.money(s.total.value, exact=True)))
-    table = Table(
-        columns=("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months"),
-        rows=tuple(rows), numeric=(False, False, True, True, True, True),
-        caption=f"Cost per scenario over {months} months (cost model preset: {c.preset})",
-    )
-    parts = sorted({k for s in scenarios for k in s.components})
+    base = [s for s in c.scenarios if not s.what_if]
+    what_if = [s for s in c.scenarios if s.what_if]
+
+    def rows_of(scenarios: list[Any]) -> tuple[tuple[str, ...], ...]:
+        rows = []
+        for s in scenarios:
+            marker = " ◀ cheapest" if s.id == c.cheapest else "" if s.allowed else " (not allowed: rents)"
+            rows.append((s.label + marker, s.description, f"{s.owned_gpus:,}", fmt.hours(s.cloud_gpu_hours),
+                         fmt.money(s.monthly_usd), fmt.money(s.total.value, exact=True)))
+        return tuple(rows)
+
+    cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months")
+    rate = f"{c.discount_rate_per_year:.0%}/year"
+    table = Table(columns=cols, rows=rows_of(base), numeric=(False, False, True, True, True, True),
+                  caption=f"Present value per scenario over {months} months at {rate} (cost model preset: {c.preset})")
+    plans = Table(columns=cols, rows=rows_of(what_if), numeric=(False, False, True, True, True, True),
+                  caption=f"If behaviour changes (held hours × {c.pack_factor:.2f} on both sides): plans, never "
+                          "counted as cheapest", empty="no behaviour-change plans")
+    parts = sorted({k for s in c.scenarios for k in s.components})
     comp = Table(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
         rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else "—" for p in parts])
-                   for s in scenarios),
+                   for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
-        caption="Where each total comes from (USD over the horizon)",
+        caption="Where each total comes from (USD, present value; resale and residual value are negative)",
     )
     step("chart: cost per scenario")
-    ids = [s.id for s in scenarios]
+    ids = [s.id for s in base]
     chart = Chart("costs", "Cost per scenario",
-                  charts.cost_scenarios([s.label for s in scenarios], [s.total.value or 0 for s in scenarios],
+                  charts.cost_scenarios([s.label for s in base], [s.total.value or 0 for s in base],
                                         ids.index(c.cheapest) if c.cheapest in ids else None,
-                                        f"USD over {months} months"))
+                                        f"USD over {months} months (PV)"))
     figs = [
-        _fig("Cloud list price per GPU-hour", c.cloud_usd_per_gpu_hour),
-        _fig("Cloud effective price per GPU-hour", c.cloud_effective_usd_per_gpu_hour),
-        _fig("Owned cost per GPU-hour", c.owned_usd_per_gpu_hour),
+        _fig("Cloud on-demand price per GPU-hour", c.cloud_usd_per_gpu_hour),
+        _fig("Cloud flexible price per GPU-hour", c.cloud_flexible_usd_per_gpu_hour),
+        _fig("Cloud reserved price per GPU-hour (24/7)", c.cloud_reserved_usd_per_gpu_hour),
+        _fig("Owned cost per GPU-hour (marginal)", c.owned_usd_per_gpu_hour),
         _fig(f"Power per GPU ({c.power_source})", c.power_w_per_gpu),
+        KeyFigure("Fleet", f"{c.fleet_gpus:,} GPUs, {c.owned_gpus:,} owned",
+                  "analysis.fleet_gpus (0: GPUs seen) and on_prem.owned_gpus (-1: the fleet when on-prem)"),
     ]
     best = _scenario(r, c.cheapest)
-    lead = (f"The measured demand, priced over {months} months: the cheapest way to run it is "
-            f"{best.label if best else c.cheapest} ({fmt.money(best.total.value if best else None)}). "
-            f"Trial GPU-hours are scaled by {c.scale:,.2f} to the horizon.")
+    ci = r.confidence.cost_difference_usd
+    lead = (f"The measured demand, scaled to the {c.fleet_gpus:,}-GPU fleet and priced over {months} months "
+            f"(present value at {rate}): the cheapest allowed way to run it is "
+            f"{best.label if best else c.cheapest} ({fmt.money(best.total.value if best else None)}). All-cloud "
+            f"minus the cheapest owning scenario: {fmt.money(ci.point)} ({r.confidence.level:.0%} interval "
+            f"{fmt.money(ci.low)} to {fmt.money(ci.high)} over day-resamples).")
     notes = []
     if not r.decision.agrees_with_costs:
         notes.append("The decision tree (utilization thresholds) and the cheapest scenario of the cost model "
-                     "disagree: read both, and check the prices in Method and assumptions.")
+                     "disagree: the recommendation follows the cost model; check the prices in Method and "
+                     "assumptions.")
     return Section("costs", f"Cost per scenario over {months} months", lead, tuple(figs), (chart,),
-                   (table, comp), tuple(notes))
+                   (table, plans, comp), tuple(notes))
 
 
 # -- 6. sensitivity ----------------------------------------------------------------------------------------
@@ -544,14 +591,14 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
             "sensitivity", "Sensitivity",
             charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
                            [float(x.get(high) or 0) for x in t.rows], base_value,
-                           "all-cloud minus all-on-prem cost, USD",
-                           f"What moves the answer: each price ±{s.fraction:.0%}"),
-            caption="All-cloud minus all-on-prem cost over the horizon with one price at −30 % (green) or "
-                    "+30 % (purple); the solid line is today's prices. Above $0 owning is cheaper, below it "
-                    "renting is."))
-    lead = (f"Each price moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
+                           "all-cloud minus cheapest owning scenario, USD",
+                           f"What moves the answer: each input ±{s.fraction:.0%}"),
+            caption=f"All-cloud minus the cheapest owning scenario over the horizon with one input at "
+                    f"−{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the configured "
+                    "inputs. Above $0 owning is cheaper, below it renting is."))
+    lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
-    tornado_table = _table(t, caption=f"Each price ±{s.fraction:.0%}: value, cheapest scenario and break-even",
+    tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even",
                            columns=(name or "parameter", "low_value", "base_value", "high_value", "cheapest_low",
                                     "cheapest_high", "break_even_low", "break_even_high"))
     growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
@@ -569,6 +616,7 @@ def _method(r: Any) -> Section:
         _fig("Gap hours", q.gap_hours),
         _fig("Trial length", q.trial_days),
         _fig("Unmeasured share", q.unmeasured_share),
+        _fig("Duplicates removed", q.overlap_gpu_hours),
     ]
     assumptions = Table(
         columns=("input", "value", "unit", "source"),
@@ -632,7 +680,9 @@ def _definitions(r: Any) -> Iterable[tuple[str, Any]]:
         ("Idle-held GPU-hours", u.idle_held_gpu_hours),
         ("Energy", u.energy_kwh),
         ("Average power per GPU", u.average_power_w),
-        ("Break-even real utilization", r.break_even.real_utilization),
-        ("Cloud effective $/GPU-h", r.costs.cloud_effective_usd_per_gpu_hour),
+        ("Break-even held-hour utilization", r.break_even.held_utilization),
+        ("Cloud steady $/GPU-h", r.costs.cloud_effective_usd_per_gpu_hour),
+        ("Cloud flexible $/GPU-h", r.costs.cloud_flexible_usd_per_gpu_hour),
+        ("Cloud reserved $/GPU-h", r.costs.cloud_reserved_usd_per_gpu_hour),
         ("Owned $/GPU-h", r.costs.owned_usd_per_gpu_hour),
     )

@@ -1,0 +1,186 @@
+"""One consistent recommendation: the decision tree checked against the cost model, with how sure we are.
+
+The tree reads real utilization (the article's rule of thumb); the cost model prices this fleet's demand with
+your prices. The recommendation is the cost model's cheapest allowed scenario (data residency removes every
+scenario that rents); when the tree lands elsewhere, or cannot tell because real utilization is only bounded,
+the headline says so plainly and the confidence is low. Confidence is a typed result with every reason that
+lowered it, never a guess: a recommendation that can be wrong must not read "high".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpuaudit.analysis.decision import Rule
+from gpuaudit.analysis.result import (
+    Branch,
+    Confidence,
+    ConfidenceLevel,
+    Decision,
+    DecisionInputs,
+    Deployment,
+    RuleFired,
+    Scenario,
+    Trial,
+)
+
+_LEVELS = ("low", "medium", "high")
+# What the reader should do, per rule (the rule id and its figures are shown next to the headline).
+ADVICE = {
+    "data-residency": "on-prem (data residency forbids the cloud)",
+    "low-utilization": "move to the cloud",
+    "mid-utilization": "go hybrid — own the steady base, burst the rest to the cloud",
+    "high-utilization": "on-prem may pay — check egress costs first",
+    "high-utilization-latency": "on-prem (latency-sensitive)",
+}
+_BRANCH_WORDS = {"cloud": "the cloud", "hybrid": "hybrid", "on-prem": "on-prem"}
+
+
+def _usd(x: float) -> str:
+    return f"${abs(x):,.0f}"
+
+
+def scenario_branch(s: Scenario, current: Deployment) -> str:
+    """The branch a scenario carries out."""
+    if s.id.startswith("all-cloud"):
+        return Branch.CLOUD.value
+    if s.id.startswith("all-on-prem"):
+        return Branch.ON_PREM.value
+    if s.id.startswith("hybrid"):
+        return Branch.HYBRID.value if s.cloud_gpu_hours > 1e-9 else Branch.ON_PREM.value
+    if current is Deployment.CLOUD:
+        return Branch.CLOUD.value
+    return Branch.HYBRID.value if s.cloud_gpu_hours > 1e-9 else Branch.ON_PREM.value
+
+
+def _carries(s: Scenario, current: Deployment) -> str:
+    """The branch a scenario is the plan for, whatever it ends up renting (the tree's point of comparison)."""
+    if s.id == "stay-as-is":
+        return current.value
+    return s.id.removeprefix("all-").removesuffix("-if-packed") if s.id != "all-cloud" else Branch.CLOUD.value
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the confidence level weighs besides the tree and the costs."""
+
+    confidence: Confidence
+    coverage: float
+    sensitivity_flips: Sequence[str]  # inputs whose ± change moves the cheapest scenario
+    sensitivity_fraction: float
+    real_low: float
+    real_high: float
+    upper_bound: bool
+    horizon_months: int
+
+
+def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
+              cheapest: str, possible: Sequence[Branch], ev: Evidence) -> Decision:
+    by_id = {s.id: s for s in scenarios}
+    best = by_id[cheapest]
+    current = inputs.current
+    cost_branch = scenario_branch(best, current)
+    tree = [b.value for b in possible]
+    determined = len(tree) == 1
+    residency = fired.id == "data-residency"
+    agrees = residency or (determined and cost_branch == fired.branch.value)
+    recommendation = Branch.ON_PREM.value if residency else cost_branch
+
+    stay = by_id.get("stay-as-is")
+    saving = float((stay.total.value or 0.0) - (best.total.value or 0.0)) if stay else 0.0
+    tree_pool = [s for s in scenarios if s.allowed and not s.what_if and _carries(s, current) in tree]
+    tree_best = min(tree_pool, key=lambda s: s.total.value or 0.0) if tree_pool else best
+    versus_tree = float((tree_best.total.value or 0.0) - (best.total.value or 0.0))
+    months = ev.horizon_months
+
+    caveats = [rule.caveat] if rule.caveat else []
+    if trial.provisional:
+        caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
+    if ev.upper_bound:
+        caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
+                       f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
+
+    headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months, residency,
+                         agrees)
+    level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired)
+    return Decision(
+        branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=trial.provisional,
+        reevaluate_on=trial.reevaluate_on, cheapest_scenario=cheapest, agrees_with_costs=agrees, headline=headline,
+        possible_branches=tuple(tree), determined=determined, cost_branch=cost_branch,
+        recommendation=recommendation, saving_usd=saving, versus_tree_usd=versus_tree, confidence=level,
+    )
+
+
+def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
+    if not ev.upper_bound:
+        return f"real utilization is {inputs.real_utilization:.1%}"
+    return (f"real utilization is between {ev.real_low:.1%} and {ev.real_high:.1%} (SM activity was not measured "
+            "everywhere: duty cycle gives only an upper bound)")
+
+
+def _headline(fired: RuleFired, inputs: DecisionInputs, best: Scenario, stay: Scenario | None, tree: list[str],
+              tree_best: Scenario, saving: float, versus_tree: float, ev: Evidence, months: int,
+              residency: bool, agrees: bool) -> str:
+    util = _utilization_text(inputs, ev)
+    at_prices = f"at your prices {best.label.lower()}"
+    if stay is not None and best.id != "stay-as-is":
+        vs_stay = (f"{_usd(saving)} less than staying as is" if saving >= 0
+                   else f"{_usd(saving)} more than staying as is")
+        costs = f"{at_prices} is the cheapest option, {vs_stay} over {months} months"
+    else:
+        costs = f"at your prices staying as is is the cheapest option over {months} months"
+    if residency:
+        return f"Data residency forbids the cloud: on-prem; {costs.replace('option', 'option that rents nothing')}."
+    if len(tree) > 1:
+        allowed = " or ".join(_BRANCH_WORDS[b] for b in tree)
+        return (f"{util[0].upper()}{util[1:]}: the utilization rule allows {allowed}; {costs}. Measure SM activity "
+                "(DCGM profiling metrics or NVML GPM) to settle the rule.")
+    if agrees:
+        return f"{util[0].upper()}{util[1:]}: {ADVICE.get(fired.id, fired.branch.value)}; {costs}."
+    return (f"The utilization rule says {ADVICE.get(fired.id, fired.branch.value)} ({util}), but {at_prices} is "
+            f"{_usd(versus_tree)} cheaper over {months} months than {tree_best.label.lower()}: your prices point to "
+            f"{_BRANCH_WORDS[scenario_branch(best, inputs.current)]}.")
+
+
+def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: str, residency: bool, trial: Trial,
+                ev: Evidence, fired: RuleFired) -> ConfidenceLevel:
+    level = 2
+    reasons: list[str] = []
+
+    def cap(to: int, why: str) -> None:
+        nonlocal level
+        level = min(level, to)
+        reasons.append(why)
+
+    c = ev.confidence
+    if not residency:
+        if not determined:
+            cap(0, f"real utilization is only bounded ({ev.real_low:.1%}–{ev.real_high:.1%}): the rule could say "
+                   + " or ".join(tree))
+        elif not agrees:
+            cap(0, f"the utilization rule says {fired.branch.value}, the cost model {cost_branch}")
+        if c.resamples and c.flip_share >= 0.2:
+            cap(0, f"the rule's branch changes in {c.flip_share:.0%} of day-resamples")
+        elif c.resamples and c.flip_share >= 0.05:
+            cap(1, f"the rule's branch changes in {c.flip_share:.0%} of day-resamples")
+    if c.resamples and c.cheapest_flip_share >= 0.2:
+        cap(0, f"the cheapest scenario changes in {c.cheapest_flip_share:.0%} of day-resamples")
+    elif c.resamples and c.cheapest_flip_share >= 0.05:
+        cap(1, f"the cheapest scenario changes in {c.cheapest_flip_share:.0%} of day-resamples")
+    d = c.cost_difference_usd
+    if c.resamples and d.low < 0 < d.high:
+        cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
+               "includes zero")
+    if trial.provisional:
+        cap(1, f"the trial covers {trial.days:.1f} days, fewer than 90")
+    if ev.sensitivity_flips:
+        shown = ", ".join(ev.sensitivity_flips[:3]) + (" …" if len(ev.sensitivity_flips) > 3 else "")
+        cap(1, f"±{ev.sensitivity_fraction:.0%} on {shown} changes the cheapest scenario")
+    if ev.coverage < 0.9:
+        cap(1, f"coverage is {ev.coverage:.0%}: unreported GPU time was assumed to look like the rest")
+    return ConfidenceLevel(_LEVELS[level], tuple(reasons))
+
+
+def _signed(x: float) -> str:
+    return f"−${-x:,.0f}" if x < 0 else f"${x:,.0f}"
