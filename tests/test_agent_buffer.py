@@ -55,6 +55,41 @@ def test_half_written_batch_is_replaced_not_duplicated(tmp_path: Path) -> None:
     assert n_s == len(s) + len(s2)
 
 
+def test_a_compaction_between_attempts_loses_nothing(tmp_path: Path) -> None:
+    """A compaction merges the half-written attempt's processes file; its record would hide a retry that reused
+    the name, losing the rows that arrived meanwhile."""
+    from gpuaudit.store import compact
+
+    calls: list[str] = []
+
+    def flaky(root, table, columns, name):  # type: ignore[no-untyped-def]
+        store_writer(root, table, columns, name)
+        calls.append(table)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+
+    t0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    earlier = RowBuffer()
+    s0, p0 = _rows(2, t0 - timedelta(seconds=30))
+    earlier.add(s0, p0)
+    assert Flusher(tmp_path, "h", earlier, writer=store_writer, fork=False).flush()
+    buf = RowBuffer()
+    flusher = Flusher(tmp_path, "h", buf, writer=flaky)
+    s, p = _rows(3, t0)
+    buf.add(s, p)
+    assert not flusher.flush()
+    assert compact(tmp_path).files_before >= 2  # the attempt's processes file is merged with the earlier one
+    s2, p2 = _rows(2, t0 + timedelta(seconds=10))
+    buf.add(s2, p2)
+    flusher.retry_at = 0
+    assert flusher.flush() and len(buf) == 0
+    with open_dataset(tmp_path) as ds:
+        distinct_p = ds.fetchall("SELECT count(DISTINCT (gpu_uuid, pid, ts)) FROM processes")[0][0]
+        n_s = ds.fetchall("SELECT count(*) FROM samples")[0][0]
+    assert distinct_p == len(p0) + len(p) + len(p2)  # nothing hidden
+    assert n_s == len(s0) + len(s) + len(s2)
+
+
 def test_buffer_drops_oldest_and_counts() -> None:
     buf = RowBuffer(max_rows=10)
     t0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -187,8 +187,9 @@ def test_cli_simulate_phantom_writes_readable_data(tmp_path: Path) -> None:
             "SELECT count(*), count(DISTINCT host), count(DISTINCT gpu_uuid), min(source) FROM samples")[0]
     assert n >= 16 and hosts == 1 and gpus == 8 and src == "nvml-gpm"
     st = run_cli("agent", "status", "--simulate", "phantom", "--data", str(tmp_path), "--host", "sim-node")
-    assert st.returncode == 0, st.stderr
+    assert st.returncode == 3, st.stderr  # NVML fine, but the agent has stopped
     assert "8 device(s)" in st.stdout and "last flush:" in st.stdout and "via gpm" in st.stdout
+    assert "agent:           NOT RUNNING (stopped at " in st.stdout
 
 
 def test_cli_status_without_nvml_exits_1(tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ def test_cli_status_without_nvml_exits_1(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--simulate", "no-such-scenario"], "unknown scenario"),
     (["--simulate", "static", "--simulate-hardware", "driver-mismatch"], "different versions"),
-    (["--simulate", "static", "--interval", "-1"], "--interval must be > 0"),
+    (["--simulate", "static", "--interval", "-1"], "--interval must be between 0.1 and 3600 seconds"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     r = run_cli("agent", "run", "--once", "--data", str(tmp_path), *args)
@@ -245,7 +246,8 @@ def test_cli_once_on_mig_hardware_and_status_json(tmp_path: Path) -> None:
     assert sum(f for g, _, _, f in rows if g == 0) == pytest.approx(1.0)
     st = run_cli("agent", "status", "--json", "--simulate", "static", "--simulate-hardware", "mig",
                  "--simulate-gpus", "2", "--data", str(tmp_path), "--host", "mig-node")
-    assert st.returncode == 0, st.stderr
+    assert st.returncode == 3, st.stderr  # the --once agent is no longer running
     doc = json.loads(st.stdout)
+    assert doc["agent_running"] is False and doc["agent_state"].startswith("stopped at ")
     assert doc["nvml_error"] is None and len(doc["devices"]) == 5
     assert doc["agent"]["rows_written"] == 5 + 5  # one interval: 5 sample rows, 5 process rows

@@ -110,3 +110,17 @@ def test_compact_command(data: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "compacted 4 partition(s): 8 files -> 4" in r.stdout
     assert store.open_dataset(data).fetchall("SELECT count(*) FROM samples") == [(1200,)]
+
+
+def test_canned_stage_one_queries_run_in_gpuaudit_sql(data: Path) -> None:
+    """sql/analysis_rollup.sql and analysis_demand.sql read the de-duplicated view `gpu_buckets`: the same totals
+    as the analyzer's rollup."""
+    from gpuaudit.analysis.rollup import load_rollups
+
+    roll = load_rollups(data)
+    for name, frame in (("analysis_rollup", roll.gpu_hours), ("analysis_demand", roll.demand)):
+        r = run_cli("sql", "-d", str(data), "--file", f"sql/{name}.sql", "--format", "json")
+        assert r.returncode == 0, r.stderr
+        rows = json.loads(r.stdout)
+        assert len(rows) == frame.height
+        assert sum(x["observed_s"] for x in rows) == pytest.approx(float(frame["observed_s"].sum()))

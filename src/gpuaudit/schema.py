@@ -33,6 +33,18 @@ SOURCE_SIMULATED = "simulated"
 # readers fall back to duty_cycle there, flagged as an upper bound.
 DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, SOURCE_PROM_DCGM_UTIL)
 
+# Value rules beyond the types. The writer refuses rows that break the first two; the reader (conformance.py)
+# leaves out rows that break any of them, whoever wrote the file.
+FRACTIONS = {  # must hold 0-1 (catches a producer that wrote percent), within FRACTION_TOLERANCE
+    SAMPLES: ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle", "mem_util", "gpu_fraction"),
+    PROCESSES: ("sm_util",),
+}
+FRACTION_TOLERANCE = 0.001  # a producer's rounding, not an error
+NON_NEGATIVE = {SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j"), PROCESSES: ("mem_used_bytes",)}
+MAX_INTERVAL_S = 86400.0  # interval_s must be in (0, MAX_INTERVAL_S]
+TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S past the reader's "now"
+TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong clock: neither is a sample
+
 
 @dataclass(frozen=True)
 class Column:

@@ -5,41 +5,116 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
+import re
+import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import duckdb
 
+from gpuaudit import jsonout
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import Dataset
+from gpuaudit.textsafe import printable
 
 FORMATS = ("table", "csv", "json", "parquet")
-# Anything else (COPY, ATTACH, CREATE, INSERT, SET, INSTALL/LOAD, EXPORT, PRAGMA, CALL...) could write
-# files, change state or reach outside the dataset.
+# Read-only holds by three independent layers (run_query): the statement type (anything else, e.g. COPY,
+# ATTACH, CREATE, INSERT, SET, INSTALL/LOAD, EXPORT, PRAGMA, CALL, could write files, change state or reach
+# outside the dataset; an EXPLAIN is judged by the statement it explains, since EXPLAIN ANALYZE runs it);
+# the plan (a SELECT can still write: DuckDB 2 accepts COPY, INSERT, UPDATE and DELETE inside a WITH, and
+# table functions such as checkpoint() or json_execute_serialized_sql() act when run); and the connection
+# itself (Dataset.lock_down: only the dataset's files can be opened, settings are locked).
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_READ_ONLY_HELP = "gpuaudit sql is read-only (SELECT, WITH, FROM, DESCRIBE, SUMMARIZE, SHOW, EXPLAIN)"
+# Plan operators that write or change state (DuckDB's PhysicalOperatorType names).
+_WRITING_OPERATORS = frozenset({
+    "COPY_TO_FILE", "BATCH_COPY_TO_FILE", "FIXED_BATCH_COPY_TO_FILE", "COPY_DATABASE", "INSERT", "BATCH_INSERT",
+    "DELETE", "UPDATE", "MERGE_INTO", "CREATE_TABLE", "CREATE_TABLE_AS", "BATCH_CREATE_TABLE_AS", "CREATE_INDEX",
+    "ALTER", "CREATE_SEQUENCE", "CREATE_VIEW", "CREATE_SCHEMA", "CREATE_MACRO", "CREATE_TYPE", "CREATE_SECRET",
+    "DROP", "PRAGMA", "TRANSACTION", "ATTACH", "DETACH", "EXECUTE", "PREPARE", "VACUUM", "EXPORT", "SET",
+    "SET_VARIABLE", "RESET", "LOAD", "EXTENSION", "UPDATE_EXTENSIONS",
+})
+# The table functions a query may call: read the views, describe things, generate values. Any other table
+# function is refused, including ones a later DuckDB adds, until it is listed here.
+_TABLE_FUNCTIONS = frozenset({
+    "read_parquet", "parquet_scan", "seq_scan", "range", "generate_series", "unnest", "repeat", "repeat_row",
+    "summary", "show", "show_tables", "show_tables_expanded", "show_databases", "table_info", "pragma_table_info",
+    "duckdb_columns", "duckdb_tables", "duckdb_views", "duckdb_schemas", "duckdb_types", "duckdb_functions",
+    "duckdb_keywords", "duckdb_settings", "duckdb_databases", "duckdb_constraints", "duckdb_dependencies",
+    "duckdb_indexes", "duckdb_sequences", "version", "pragma_version", "platform", "pragma_platform",
+    "user_agent", "pragma_user_agent", "parquet_schema", "parquet_metadata", "parquet_file_metadata",
+    "parquet_kv_metadata", "json_each", "json_tree",
+})
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Refuse any statement that is not a plain query."""
-    try:
-        statements = con.extract_statements(sql)
-    except duckdb.Error as e:
-        raise GpuauditError(f"SQL syntax error: {str(e).strip().splitlines()[0]}") from e
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """Refuse anything but one query; returns the query whose plan run_query checks (an EXPLAIN's target)."""
+    statements = _parse(con, sql)
     if not statements:
         raise GpuauditError("no SQL statement given")
     for st in statements:
         if st.type not in _READ_ONLY:
-            kind = str(st.type).rsplit(".", 1)[-1]
-            raise GpuauditError(f"refused: {kind} statements are not allowed; gpuaudit sql is read-only "
-                                "(SELECT, WITH, FROM, DESCRIBE, SUMMARIZE, EXPLAIN)")
+            raise GpuauditError(f"refused: {_kind(st)} statements are not allowed; {_READ_ONLY_HELP}")
     if len(statements) > 1:
         raise GpuauditError("one statement at a time, please")
+    st = statements[0]
+    if st.type != duckdb.StatementType.EXPLAIN:
+        return st.query
+    target = _parse(con, _explained(st.query))
+    if len(target) != 1 or target[0].type != duckdb.StatementType.SELECT:
+        kind = _kind(target[0]) if len(target) == 1 else "a missing or multiple"
+        raise GpuauditError(f"refused: EXPLAIN of {kind} statements is not allowed; {_READ_ONLY_HELP}")
+    return target[0].query
+
+
+def _parse(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
+    try:
+        return con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise GpuauditError(f"SQL syntax error: {str(e).strip().splitlines()[0]}") from e
+
+
+def _kind(statement: Any) -> str:
+    return str(statement.type).rsplit(".", 1)[-1]
+
+
+def _explained(sql: str) -> str:
+    """The statement an EXPLAIN [ANALYZE] [(options)] explains, by DuckDB's own tokens (comments skipped)."""
+    tokens = [pos for pos, kind in duckdb.tokenize(sql) if kind != duckdb.token_type.comment]
+    words = [(m.group() if (m := re.match(r"\w+|\S", sql[pos:])) else "") for pos in tokens]
+    i, depth = 1, 0  # tokens[0] is EXPLAIN
+    while i < len(tokens):
+        word = words[i].upper()
+        if depth == 0 and word not in ("ANALYZE", "ANALYSE", "("):
+            return sql[tokens[i]:]
+        depth += (word == "(") - (word == ")")
+        i += 1
+    return ""
+
+
+def check_plan(ds: Dataset, sql: str) -> None:
+    """Refuse a query whose plan writes, changes state, or calls a table function not known to only read."""
+    functions = {name.upper() for (name,) in ds.con.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro')"
+    ).fetchall()}
+    allowed = {name.upper() for name in _TABLE_FUNCTIONS}
+    [(_, plan)] = ds.fetchall(f"EXPLAIN (FORMAT json) {sql}")
+    stack = json.loads(plan)
+    while stack:
+        node = stack.pop()
+        name = str(node.get("name", "")).strip().upper()
+        if name in _WRITING_OPERATORS or (name in functions and name not in allowed):
+            raise GpuauditError(f"refused: the query's plan has {name}, which is not allowed; {_READ_ONLY_HELP}")
+        stack.extend(node.get("children", []))
 
 
 def run_query(ds: Dataset, sql: str) -> Any:
     """Run one read-only statement; returns a pyarrow Table."""
-    check_read_only(ds.con, sql)
-    ds.con.execute("SET lock_configuration = true")  # a query cannot loosen settings behind our back
+    target = check_read_only(ds.con, sql)
+    ds.lock_down()
+    check_plan(ds, target)
     return ds.arrow(sql)
 
 
@@ -52,12 +127,12 @@ def _cell(value: Any) -> str:
         return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.6e}"
     if isinstance(value, dt.datetime):
         return value.isoformat(sep=" ")
-    return str(value)
+    return printable(value)  # data: no raw escape sequences, \r or bidi overrides on the terminal
 
 
 def format_table(table: Any, max_width: int = 60) -> str:
     """An aligned plain-text table: numbers right-aligned, long cells cut with an ellipsis."""
-    names = list(table.column_names)
+    names = [printable(n) for n in table.column_names]
     columns = [table.column(i).to_pylist() for i in range(len(names))]
     numeric = [all(isinstance(v, int | float) or v is None for v in col) for col in columns]
     cells = [[_cell(v) for v in col] for col in columns]
@@ -83,15 +158,69 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def _plain(value: Any) -> Any:
+    """A value JSON can carry: NaN and infinities become null (JSON has neither), a MAP's (key, value) pairs
+    an object."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+            return {(k if isinstance(k, str) else json.dumps(_plain(k), default=_json_default)): _plain(v)
+                    for k, v in value}
+        return [_plain(v) for v in value]
+    return value
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """Column names made unique (a, a_1, a_2 ...; a name already taken is skipped), so that a JSON object or a
+    Parquet file keeps every column of `SELECT 1 AS a, 2 AS a`."""
+    taken, seen, out = set(names), set(), []
+    for name in names:
+        if name in seen:
+            k = 1
+            while f"{name}_{k}" in taken:
+                k += 1
+            name = f"{name}_{k}"
+            taken.add(name)
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def format_json(table: Any) -> str:
-    return json.dumps(table.to_pylist(), default=_json_default, indent=1) + "\n"
+    """Strict JSON (no NaN or Infinity), one object per row; duplicate column names get _1, _2 ..."""
+    import pyarrow as pa
+
+    columns = []
+    for i, f in enumerate(table.schema):
+        values = table.column(i).to_pylist()
+        columns.append([_plain(v) for v in values] if pa.types.is_nested(f.type) else values)
+    names = unique_names(table.column_names)
+    rows = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+    return jsonout.dumps(rows, default=_json_default, indent=1) + "\n"
+
+
+def _csv_cell(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    return value if isinstance(value, str) else json.dumps(_plain(value), default=_json_default)
 
 
 def format_csv(table: Any) -> str:
+    """CSV; a column the CSV writer cannot take (list, struct, map, union, interval, blob) as JSON text."""
     import io
 
+    import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    for i, f in enumerate(table.schema):
+        t = f.type
+        if (pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or isinstance(t, pa.ExtensionType)):
+            text = [None if v is None else _csv_cell(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, f.name, pa.array(text, pa.string()))
     buf = io.BytesIO()
     pacsv.write_csv(table, buf)
     return buf.getvalue().decode("utf-8")
@@ -104,12 +233,50 @@ def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
     if fmt == "parquet":
         if out is None:
             raise GpuauditError("--format parquet needs --out FILE")
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(table, str(out), compression="zstd")
+        named = table.rename_columns(unique_names(table.column_names))
+
+        def parquet(f: BinaryIO) -> None:
+            try:  # a file object, never a path: on failure pyarrow deletes the path it was given (/dev/full too)
+                pq.write_table(named, f, compression="zstd")
+            except pa.ArrowException as e:
+                if isinstance(e, OSError):
+                    raise
+                raise GpuauditError(f"cannot write {out} as Parquet: {e}") from e
+
+        write_file(out, parquet)
         return None
     text = {"table": format_table, "csv": format_csv, "json": format_json}[fmt](table)
     if out is None:
         return text
-    out.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
+    write_file(out, lambda f: f.write(data))
     return None
+
+
+def write_file(out: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Have `write(file)` produce `out` whole or not at all: into a temporary file beside `out`, renamed over it
+    once complete and synced, so a full disk or a kill never leaves a partial file nor clobbers the previous
+    one. A device or a pipe (/dev/stdout) is written in place. Any failure is one GpuauditError line."""
+    tmp: Path | None = None
+    try:
+        if out.exists() and not out.is_file() and not out.is_dir():
+            with open(out, "wb") as f:
+                write(f)
+            return
+        target = Path(os.path.realpath(out))
+        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
+        # O_EXCL: never through someone's symlink; 0o666 & ~umask, as any new file.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        raise GpuauditError(f"cannot write {out}: {e.strerror or e}") from e
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

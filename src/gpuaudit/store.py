@@ -13,6 +13,7 @@ files with a warning that names them instead of failing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -20,8 +21,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +32,7 @@ from urllib.parse import quote
 
 import duckdb
 
-from gpuaudit import schema
+from gpuaudit import conformance, remote, schema
 from gpuaudit.errors import GpuauditError
 
 if TYPE_CHECKING:
@@ -41,6 +43,8 @@ log = logging.getLogger("gpuaudit.store")
 DEFAULT_DATA = "gpuaudit-data"
 STAGING = ".staging"
 JOURNAL_PREFIX = ".compact-"
+COMPACT_LOCK = ".compact.lock"  # see compaction_lock
+PUSH_TARGET = ".gpuaudit-push-target"  # marks a directory `gpuaudit push` collects into
 ZSTD_LEVEL = 3  # measured on simulated samples: level 9 saves only 0.4 % and writes ~1.5x slower
 # Columns with more distinct values than this per row group skip dictionary encoding: `ts` then gets
 # DELTA_BINARY_PACKED (a regular 10 s grid costs ~nothing) instead of a dictionary of every timestamp.
@@ -49,20 +53,21 @@ DICTIONARY_SIZE_LIMIT = 8192
 STALE_STAGING_S = 24 * 3600
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Fraction columns must hold 0-1: catches a producer that wrote percent.
-_FRACTION_COLS = {
-    schema.SAMPLES: ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle", "mem_util",
-                     "gpu_fraction"),
-    schema.PROCESSES: ("sm_util",),
-}
+_FRACTION_COLS = schema.FRACTIONS
+_TOL = schema.FRACTION_TOLERANCE
 _SORT_KEYS = {schema.SAMPLES: ("gpu_uuid", "mig_instance", "ts"), schema.PROCESSES: ("gpu_uuid", "ts", "pid")}
 
 
 def data_root(path: Path | str | None = None) -> Path:
     """The dataset root: an explicit path, else $GPUAUDIT_DATA, else ./gpuaudit-data."""
-    if path:
-        return Path(path).expanduser()
-    env = os.environ.get("GPUAUDIT_DATA")
-    return Path(env).expanduser() if env else Path(DEFAULT_DATA)
+    given = path or os.environ.get("GPUAUDIT_DATA")
+    if not given:
+        return Path(DEFAULT_DATA)
+    try:
+        return Path(given).expanduser()
+    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
+        raise GpuauditError(f"bad --data {str(given)!r}: cannot expand '~' (no such user or home directory)"
+                            ) from None
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -95,6 +100,22 @@ def _fsync(path: Path) -> None:
 def partition_dir(root: Path, table: str, host: str, date: str) -> Path:
     # Percent-encoding keeps any hostname a single safe path component; DuckDB decodes it on read.
     return Path(root) / table / f"host={quote(host, safe='-_.~')}" / f"date={date}"
+
+
+def local_root(root: Path | str) -> Path:
+    """`root` as a local directory for writing. A URL is refused: a writer must never create a local folder
+    named `s3:` (Path("s3://b/p") is the relative path s3:/b/p)."""
+    url = remote.as_url(root)
+    if url:
+        raise GpuauditError(f"{url} is object storage: this command writes a local dataset; write it locally and "
+                            f"ship it with `gpuaudit push --to {url}` (or `gpuaudit agent run --upload {url}`)")
+    return Path(root)
+
+
+def dataset_exists(root: Path | str) -> bool:
+    """Whether `root` (a directory or an s3:// URL) exists; an empty one reads as an empty dataset."""
+    url = remote.as_url(root)
+    return remote.exists(url) if url else Path(root).exists()
 
 
 def _staging_dir(root: Path) -> Path:
@@ -169,7 +190,7 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: str, present: Sequence[
     by_name = {c.name: c for c in cols}
     checks = [f"count(*) FILTER (WHERE {ref(c)} IS NULL)" for c in cols if not c.nullable]
     frac = [n for n in _FRACTION_COLS[table] if n in present]
-    checks += [f"count(*) FILTER (WHERE {ref(by_name[n])} < -0.001 OR {ref(by_name[n])} > 1.001)" for n in frac]
+    checks += [f"count(*) FILTER (WHERE {ref(by_name[n])} < {-_TOL} OR {ref(by_name[n])} > {1 + _TOL})" for n in frac]
     names = [c.name for c in cols if not c.nullable] + frac
     if cast:  # the other columns: converted and counted only so that a bad value raises
         checked = set(names)
@@ -286,7 +307,7 @@ def write_table(
     for label, value in (("prefix", prefix), ("name", name)):
         if value is not None and not _NAME_RE.match(value):
             raise GpuauditError(f"write_table: invalid file {label} {value!r}")
-    root = Path(root)
+    root = local_root(root)
     con = connect()
     try:
         order = ", ".join(_SORT_KEYS[table])
@@ -367,7 +388,7 @@ def _first_line(e: BaseException) -> str:
 
 def write_json(root: Path | str, name: str, obj: Any) -> Path:
     """Atomically write a sidecar JSON file at <root>/<name>."""
-    root = Path(root)
+    root = local_root(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / name
     staged = _staging_dir(root) / f"{uuid.uuid4().hex}.json"
@@ -431,24 +452,86 @@ def _parquet_problem(path: Path) -> str | None:
     return None
 
 
-def _journal_hidden(part_dir: Path, names: Iterable[str]) -> set[str]:
-    """Names of files superseded by a finished compaction whose old files were not deleted yet (crash)."""
+def superseded(names: Iterable[str], records: Iterable[Any]) -> set[str]:
+    """The names a partition's compaction records hide. A record {"new": merged, "old": [inputs]} applies when
+    its merged file is present, or is itself hidden by a record that applies (it was compacted again); one
+    whose merged file never landed (a crash before publishing it) hides nothing. The same rule serves a node's
+    disk (a crash mid-compaction) and a collection target, where the inputs may have been pushed before the
+    merged file: records are kept and pushed, so no row is ever counted twice (see push.py)."""
+    present = set(names)
+    edges = []
+    for r in records:
+        if isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list):
+            edges.append((r["new"], {o for o in r["old"] if isinstance(o, str) and o != r["new"]}))
     hidden: set[str] = set()
+    grew = True
+    while grew:  # a chain of compactions is a few records long
+        grew = False
+        for new, old in edges:
+            if (new in present or new in hidden) and not old <= hidden:
+                hidden |= old
+                grew = True
+    return hidden
+
+
+def has_supersedable(names: Iterable[str]) -> bool:
+    """Whether records could hide any of `names`: only with two data files or more. A lone file is either a
+    record's merged file (which no record of it lists) or not superseded. This keeps reads fast: a compacted
+    day keeps its record (listing up to a day of flushes), and parsing thousands of them on every open cost
+    seconds."""
+    return sum(n.endswith(".parquet") for n in names) >= 2
+
+
+def _journal_hidden(part_dir: Path, names: Iterable[str]) -> set[str]:
+    """Names hidden by the compaction records in `part_dir` (see superseded)."""
+    names = list(names)
+    if not has_supersedable(names):
+        return set()
+    records = []
     for name in names:
         if not (name.startswith(JOURNAL_PREFIX) and name.endswith(".json")):
             continue
-        try:
-            entry = json.loads((part_dir / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (part_dir / entry["new"]).exists():
-            hidden.update(entry["old"])
-    return hidden
+        record = load_journal(part_dir / name)
+        if record is not None:
+            records.append(record)
+    return superseded(names, records) if records else set()
+
+
+def load_journal(path: Path) -> dict[str, Any] | None:
+    """A compaction journal {"new": merged file, "old": [the files it replaces]}, or None, with a warning naming
+    it, when the file is not one (hand-edited, truncated, foreign): it then hides and deletes nothing."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        problem = f"unreadable: {e}"
+    else:
+        problem = _journal_problem(entry)
+    if problem:
+        log.warning("ignoring malformed compaction journal %s (%s); it hides and deletes nothing: "
+                    "look at it, then remove it", path, problem)
+        return None
+    return entry
+
+
+def _journal_problem(entry: Any) -> str | None:
+    if not (isinstance(entry, dict) and isinstance(entry.get("new"), str) and isinstance(entry.get("old"), list)):
+        return 'expected {"new": "<file>.parquet", "old": ["<file>.parquet", ...]}'
+    names = [entry["new"], *entry["old"]]
+    # Names of files in the journal's own partition only: a path would let it hide or delete other files.
+    if not all(isinstance(n, str) and n.endswith(".parquet") and n == os.path.basename(n) and "\\" not in n
+               and "\0" not in n for n in names):
+        return "names something other than a Parquet file of its partition"
+    if entry["new"] in entry["old"]:
+        return "lists its merged file among the files it replaces"
+    return None
 
 
 def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(readable files, [(unreadable file, reason)]) of one table. One directory listing per partition:
-    a 90-day fleet has thousands of them."""
+    a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.remote (files as URLs)."""
+    url = remote.as_url(root)
+    if url:
+        return remote.table_files(url, table)  # type: ignore[return-value]
     base = Path(root) / table
     good: list[Path] = []
     bad: list[tuple[Path, str]] = []
@@ -473,45 +556,117 @@ class Dataset:
     root: Path
     con: duckdb.DuckDBPyConnection
     files: dict[str, list[Path]] = field(default_factory=dict)
-    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # whole files left out, and why
+    now: datetime | None = None  # bounds ts (conformance.py); open_dataset sets it, tests inject it
+    types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
+    locked: bool = False  # see lock_down
 
-    def _skip(self, path: Path, reason: str) -> None:
+    def _skip(self, path: Path, reason: str, what: str = "unreadable file") -> None:
         self.skipped.append((path, reason))
-        log.warning("skipping unreadable file %s: %s", path, reason)
+        log.warning("skipping %s %s: %s", what, path, reason)
 
     def _create_views(self) -> None:
         # Creating a view binds its files' schemas, so a damaged footer can surface here already.
         self._retry(self._bind_views)
 
     def _bind_views(self) -> None:
+        self._check_files()
         for table, view in schema.VIEW_NAMES.items():
             self.con.execute(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table)}")
 
-    def view_select(self, table: str, files: Sequence[Path] | None = None) -> str:
+    def _check_files(self) -> None:
+        """Read the footers of the files not seen yet (one call for all) and leave out those that lack the
+        contract's required columns: whatever they are, they are not gpuaudit rows."""
+        new = [f for files in self.files.values() for f in files if f not in self.types]
+        self.types.update(conformance.read_types(self.con, new))
+        for table, files in self.files.items():
+            for f in [f for f in files if conformance.missing_required(table, self.types.get(f))]:
+                files.remove(f)
+                missing = ", ".join(conformance.missing_required(table, self.types.get(f)))
+                self._skip(f, f"missing required column(s) {missing}", f"file outside the {table} contract")
+
+    def _scan(self, table: str, files: Sequence[Any], *, complete: bool, filename: bool) -> str:
+        listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"  # DuckDB takes a pattern alike
+        scan = (f"read_parquet({listing}, hive_partitioning = true, union_by_name = true, "
+                f"hive_types = {{'host': VARCHAR, 'date': DATE}}{', filename = true' if filename else ''})")
+        # Files of unknown types: the typed empty select makes sure every contract column exists.
+        return scan if complete else f"(SELECT * FROM {scan} UNION ALL BY NAME {schema.empty_select(table)})"
+
+    def view_select(self, table: str, files: Sequence[Path] | str | None = None, *, reasons: bool = False) -> str:
+        """The view's SELECT over `files` (default: the files found at open), or over a glob pattern (a str):
+        the contract's columns and types, rows that break its rules left out (conformance.py). `reasons`:
+        every row as (reason, filename) instead, the reason NULL for a row the view shows."""
         files = self.files[table] if files is None else files
-        empty = schema.empty_select(table)
         if not files:
-            return empty
-        listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
-        return (
-            f"SELECT * FROM read_parquet({listing}, hive_partitioning = true, union_by_name = true, "
-            f"hive_types = {{'host': VARCHAR, 'date': DATE}}) UNION ALL BY NAME {empty}"
-        )
+            return conformance.empty(table, reasons)
+        if isinstance(files, str):  # a pattern, for another client later: types unknown, ts bound by its clock
+            scan = self._scan(table, [files], complete=False, filename=reasons)
+            return conformance.select(table, [(scan, None)], now=None, reasons=reasons)
+        sources = [(self._scan(table, group, complete=types is not None, filename=reasons), types)
+                   for types, group in conformance.group_files(table, files, self.types)]
+        return conformance.select(table, sources, now=self.now or datetime.now(UTC), reasons=reasons)
+
+    def rejected_rows(self) -> list[tuple[str, str, int]]:
+        """(table, reason, rows) for the rows the views leave out because they break the contract's rules
+        (conformance.py), most first, each also logged as a warning naming a file that holds them. One scan of
+        every row of each table: for whoever wants the count; the views themselves stay one filtered scan."""
+        out = []
+        for table in schema.TABLES:
+            if not self.files[table]:
+                continue
+            # Counting first is cheap (footers, and only the filtered columns): most datasets reject nothing.
+            every, shown = self.fetchall(f"SELECT (SELECT count(*) FROM ({self.view_select(table, reasons=True)})), "
+                                         f"(SELECT count(*) FROM {schema.VIEW_NAMES[table]})")[0]
+            if every == shown:
+                continue
+            rows = self.fetchall(
+                "SELECT reason, count(*) AS n, min(filename), count(DISTINCT filename) "
+                f"FROM ({self.view_select(table, reasons=True)}) WHERE reason IS NOT NULL "
+                "GROUP BY reason ORDER BY n DESC, reason")
+            for reason, n, example, nfiles in rows:
+                where = example if nfiles == 1 else f"{nfiles} files, e.g. {example}"
+                log.warning("excluded %d %s rows: %s (in %s)", n, table, reason, where)
+                out.append((table, reason, n))
+        return out
+
+    def lock_down(self) -> None:
+        """From now on the connection reads the dataset's files and nothing else: no other file, no network,
+        no extension, no writing anywhere, and no setting can be changed back (DuckDB's own enforcement,
+        whatever the SQL). For `gpuaudit sql`, which runs a user's query."""
+        if self.locked:
+            return
+        self.con.execute("SET allowed_paths = ?",
+                         [conformance.allowed_paths([f for files in self.files.values() for f in files])])
+        for setting in ("enable_external_access = false", "autoinstall_known_extensions = false",
+                        "autoload_known_extensions = false", "lock_configuration = true"):
+            self.con.execute(f"SET {setting}")
+        self.locked = True
 
     def view_sql(self) -> str:
-        """CREATE VIEW statements any DuckDB client can run to see the same dataset (absolute paths)."""
+        """CREATE VIEW statements any DuckDB client can run to see the same dataset: glob patterns under the
+        absolute root (not a list of today's files), so they stay valid after a compaction and see new files.
+        A table without any file yet gets the empty typed view (DuckDB refuses a pattern that matches nothing)."""
+        base = remote.as_url(self.root) or str(Path(self.root).resolve())
         out = ["SET TimeZone = 'UTC';"]
         for table, view in schema.VIEW_NAMES.items():
-            files = [f.resolve() for f in self.files[table]]
-            out.append(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table, files)};")
+            pattern = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
+            out.append(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table, pattern)};")
         return "\n".join(out) + "\n"
 
     def _retry(self, run: Any) -> Any:
         """Run `run()`; when DuckDB fails on one of our files (damage the cheap header/footer check
         missed), drop that file with a warning and try again."""
+        rebind = False
         while True:
             try:
+                if rebind:  # inside the try: another damaged file can surface while binding
+                    self._bind_views()
+                    rebind = False
                 return run()
+            except duckdb.PermissionException as e:  # only after lock_down
+                raise GpuauditError(f"refused: the query reaches outside the dataset ({_first_line(e)})") from e
+            except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
+                raise GpuauditError(f"query failed: {_first_line(e)}") from e  # the query, not a file
             except duckdb.Error as e:
                 culprit = self._file_in_error(str(e)) or self._probe_files()
                 if culprit is None:
@@ -520,7 +675,7 @@ class Dataset:
                     if culprit in files:
                         files.remove(culprit)
                 self._skip(culprit, _first_line(e))
-                self._bind_views()
+                rebind = True
 
     def _file_in_error(self, message: str) -> Path | None:
         for files in self.files.values():
@@ -539,9 +694,13 @@ class Dataset:
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self._retry(lambda: self.con.sql(sql, params=params or None).fetchall())
 
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Run a statement for its effect (the analyzer materializes its stage-1 table with it)."""
+        self._retry(lambda: self.con.execute(sql, params or []))
+
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         """Run `sql` and return a pyarrow Table (for other output formats)."""
-        return self._retry(lambda: self.con.sql(sql, params=params or None).fetch_arrow_table())
+        return self._retry(lambda: self.con.sql(sql, params=params or None).to_arrow_table())
 
     def close(self) -> None:
         self.con.close()
@@ -553,16 +712,29 @@ class Dataset:
         self.close()
 
 
-def open_dataset(root: Path | str, *, threads: int | None = None) -> Dataset:
-    """Open the dataset at `root` (which may be empty or missing: the views are then empty)."""
-    root = Path(root)
-    ds = Dataset(root=root, con=connect(threads))
+def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool = False,
+                 now: datetime | None = None) -> Dataset:
+    """Open the dataset at `root` (which may be empty or missing: the views are then empty), a directory or an
+    s3://bucket/prefix URL (then `root` stays the URL and the files are URLs). The views show the rows that
+    keep the contract (conformance.py); `now` (default: the current time) bounds their ts. `strict`: lock the
+    connection down to the dataset's files once the views are bound (Dataset.lock_down)."""
+    url = remote.as_url(root)
+    ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC))  # type: ignore[arg-type]
+    if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)
+        remote.register(ds.con, url)
     for table in schema.TABLES:
-        good, bad = table_files(root, table)
+        good, bad = table_files(ds.root, table)
         ds.files[table] = good
         for path, reason in bad:
             ds._skip(path, reason)
     ds._create_views()
+    if strict:
+        # `gpuaudit sql` also sees the analyzer's de-duplicated 300 s buckets (sql/analysis_buckets.sql), so the
+        # canned stage-1 queries run as they are; the analyzer materializes the same SQL as a table instead.
+        from gpuaudit.resources import load_sql
+
+        ds.con.execute(f"CREATE OR REPLACE VIEW gpu_buckets AS {load_sql('analysis_buckets')}")
+        ds.lock_down()
     return ds
 
 
@@ -580,22 +752,54 @@ class CompactStats:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def _finish_journals(part_dir: Path) -> int:
-    """Complete (or discard) compactions interrupted by a crash."""
+def finish_journals(part_dir: Path) -> int:
+    """Complete (or discard) compactions interrupted by a crash. A finished compaction's record stays: it is
+    what `gpuaudit push` ships so that a collection target that already holds the old files hides them."""
     n = 0
     for journal in part_dir.glob(f"{JOURNAL_PREFIX}*.json"):
+        entry = load_journal(journal)
+        if entry is None:
+            continue  # reported; never acted on (it could name files it has nothing to do with)
         try:
-            entry = json.loads(journal.read_text(encoding="utf-8"))
+            olds = [part_dir / name for name in entry["old"]]
             if (part_dir / entry["new"]).exists():
-                for old in entry["old"]:
-                    (part_dir / old).unlink(missing_ok=True)
-        except (OSError, ValueError, KeyError):
+                left = [f for f in olds if f.exists()]
+                for f in left:
+                    f.unlink(missing_ok=True)
+                n += bool(left)
+                continue
+            if not any(f.exists() for f in olds):
+                continue  # finished, and its merged file was compacted again since: a record to keep
+        except (OSError, ValueError, KeyError, TypeError):
             pass
-        journal.unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)  # the merged file never landed (or the journal is unreadable)
         n += 1
     if n:
         _fsync(part_dir)
     return n
+
+
+@contextmanager
+def compaction_lock(root: Path | str, *, wait: bool = True) -> Iterator[None]:
+    """Hold the dataset's compaction lock: an exclusive flock on <root>/.compact.lock, released by the kernel
+    when its holder exits, however it exits. Two compactions of one dataset at once would both merge the same
+    files and publish every row twice. `wait`: block until the other one finishes (with a warning saying
+    so), else refuse with an error."""
+    path = Path(root) / COMPACT_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not wait:
+                raise GpuauditError(f"another compaction of {root} is running (it holds {path}); nothing was "
+                                    "changed: run again once it is done, or without --no-wait to wait for it"
+                                    ) from None
+            log.warning("waiting for another compaction of %s to finish (lock %s)", root, path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def compact(
@@ -604,11 +808,23 @@ def compact(
     table: str | None = None,
     host: str | None = None,
     date: str | None = None,
+    wait: bool = True,
 ) -> CompactStats:
     """Merge each partition's files into one. Crash-safe: the merged file is published under a journal
     naming the files it replaces, so readers hide those until they are deleted; rows never appear twice
-    and never go missing. Unreadable files are left in place (and reported)."""
-    root = Path(root)
+    and never go missing. Unreadable files, and files outside the contract's types (conformance.py), are
+    left in place (and reported). One compaction per dataset at a time (compaction_lock; `wait`)."""
+    root = local_root(root)
+    if (root / PUSH_TARGET).exists():
+        raise GpuauditError(f"{root} is a collection target written by `gpuaudit push`: compact the data on the nodes "
+                            "before it is pushed, never the collected copy (its rows would then be counted twice)")
+    if not root.is_dir():
+        return CompactStats()
+    with compaction_lock(root, wait=wait):
+        return _compact(root, table, host, date)
+
+
+def _compact(root: Path, table: str | None, host: str | None, date: str | None) -> CompactStats:
     tables = [table] if table else list(schema.TABLES)
     stats = CompactStats()
     for t in tables:
@@ -620,7 +836,7 @@ def compact(
         host_glob = f"host={quote(host, safe='-_.~')}" if host else "host=*"
         date_glob = f"date={date}" if date else "date=*"
         for part_dir in sorted(base.glob(f"{host_glob}/{date_glob}")):
-            stats.recovered += _finish_journals(part_dir)
+            stats.recovered += finish_journals(part_dir)
             files = []
             for f in sorted(part_dir.glob("*.parquet")):
                 problem = _parquet_problem(f)
@@ -634,13 +850,16 @@ def compact(
             stats.partitions += 1
             stats.files_before += len(files)
             stats.bytes_before += sum(f.stat().st_size for f in files)
-            new = _compact_partition(root, t, part_dir, files, stats)
-            stats.files_after += 1 if new else len(files)
-            stats.bytes_after += new.stat().st_size if new else stats.bytes_before
+            new, merged = _compact_partition(root, t, part_dir, files, stats)
+            kept = [f for f in files if f not in merged]  # damaged, or outside the contract's types
+            stats.files_after += len(kept) + (1 if new else 0)
+            stats.bytes_after += sum(f.stat().st_size for f in kept) + (new.stat().st_size if new else 0)
     return stats
 
 
-def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats) -> Path | None:
+def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats
+                       ) -> tuple[Path | None, list[Path]]:
+    """(the merged file, the files it replaces), or (None, []) when there was nothing to merge."""
     con = connect()
     staged = _staging_dir(root) / f"{uuid.uuid4().hex}.parquet"
     final = part_dir / f"{_new_stem('compact')}.parquet"
@@ -649,8 +868,10 @@ def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path]
     empty = schema.empty_select(table, stored_only=True)
     cols = schema.typed_select(table, columns=schema.stored_columns(table))
     order = ", ".join(_SORT_KEYS[table])
-    files = list(files)
+    files = _conforming(con, table, files, stats)
     try:
+        if len(files) < 2:
+            return None, []
         while True:
             listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
             src = (f"(SELECT * FROM read_parquet({listing}, hive_partitioning = false, union_by_name = true) "
@@ -666,7 +887,7 @@ def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path]
                 stats.skipped.append((bad, _first_line(e)))
                 files.remove(bad)
                 if len(files) < 2:
-                    return None
+                    return None, []
         journal_staged = staged.with_suffix(".json")
         entry = {"new": final.name, "old": [f.name for f in files]}
         journal_staged.write_text(json.dumps(entry), encoding="utf-8")
@@ -674,9 +895,27 @@ def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path]
         _publish(staged, final)
         for f in files:
             f.unlink(missing_ok=True)
-        journal.unlink(missing_ok=True)
+        # The journal stays as the compaction's record (see superseded and push.py); it is tiny.
         _fsync(part_dir)
-        return final
+        return final, files
     finally:
         staged.unlink(missing_ok=True)
         con.close()
+
+
+def _conforming(con: duckdb.DuckDBPyConnection, table: str, files: list[Path], stats: CompactStats) -> list[Path]:
+    """The files whose columns have the contract's types: a merge casts to them, so another type (sm_active as
+    text) could fail it or change values. The others stay as they are (readers cast them row by row)."""
+    try:
+        types = conformance.read_types(con, files)
+    except duckdb.Error:
+        return list(files)  # a damaged footer: the merge finds it and leaves it
+    out = []
+    for f in files:
+        if conformance.conforms(table, types.get(f)):
+            out.append(f)
+        else:
+            why = "columns of other types than the contract's, or required columns missing"
+            log.warning("compact: leaving file %s as it is: %s", f, why)
+            stats.skipped.append((f, why))
+    return out

@@ -1,9 +1,9 @@
 """Rows waiting to be flushed, and the flusher that writes them through the store's atomic writer.
 
 Memory stays bounded whatever happens: past `max_rows` the oldest rows are dropped and counted. A failed
-write (disk full, directory gone) keeps the rows and retries with exponential backoff. Each batch has a
-deterministic file name, so a retry after a write that half-succeeded replaces the file instead of adding
-a second copy: no duplicates.
+write (disk full, directory gone) keeps the rows and retries with exponential backoff. Each attempt has a new
+file name, and a retry first removes what an attempt that half-succeeded published: no second copy (and no name
+a compaction may have merged, whose record would hide the retry).
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ BACKOFF_MAX_S = 300.0
 DROP_LOG_EVERY_S = 60.0
 
 Writer = Callable[[Path, str, dict[str, list[Any]], str], Any]  # (root, table, columns, name)
+
+
+def _remove_attempt(root: Path, host: str, name: str) -> None:
+    """Remove what a failed flush published under `name` (its rows are still buffered and go out again). If a
+    compaction merged it already, the new attempt repeats those rows: the analyzer counts overlapping rows once."""
+    for table in schema.TABLES:
+        for f in (Path(root) / table).glob(f"host=*/date=*/{name}.parquet"):  # the name is this agent's alone
+            with contextlib.suppress(OSError):
+                f.unlink()
 
 
 def store_writer(root: Path, table: str, columns: dict[str, list[Any]], name: str) -> Any:
@@ -114,8 +123,10 @@ class RowBuffer:
 
 class Flusher:
     def __init__(self, root: Path, host: str, buffer: RowBuffer, *, writer: Writer = store_writer,
-                 clock: Callable[[], float] = time.monotonic, fork: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, fork: bool = False,
+                 on_flush: Callable[[], None] | None = None) -> None:
         self.fork = fork and hasattr(os, "fork")
+        self.on_flush = on_flush  # called after each successful flush (agent run --upload ships the new files)
         self.root = root
         self.host = host
         self.buffer = buffer
@@ -137,11 +148,14 @@ class Flusher:
         buf = self.buffer
         if not buf:
             return True
-        if self.batch_name is None:
-            self._seq += 1
-            first = min([r["ts"] for r in list(buf.samples)[:1] + list(buf.processes)[:1]])
-            self.batch_name = (f"agent-{_safe(self.host)}-{first.astimezone(UTC):%Y%m%dT%H%M%S%f}Z"
-                               f"-{self._seq}")
+        if self.batch_name is not None:
+            # A retry: a new name, and the failed attempt's files (if any landed) removed. Rewriting the same name
+            # could land on a name a compaction merged meanwhile, and its record would hide the new rows.
+            _remove_attempt(self.root, self.host, self.batch_name)
+        self._seq += 1
+        first = min([r["ts"] for r in list(buf.samples)[:1] + list(buf.processes)[:1]])
+        self.batch_name = (f"agent-{_safe(self.host)}-{first.astimezone(UTC):%Y%m%dT%H%M%S%f}Z"
+                           f"-{self._seq}")
         samples, processes = list(buf.samples), list(buf.processes)
         name = self.batch_name
 
@@ -177,4 +191,6 @@ class Flusher:
         self.last_flush = datetime.now(UTC)
         self.rows_written += len(samples) + len(processes)
         event("flush", logging.DEBUG, samples=len(samples), processes=len(processes), root=self.root)
+        if self.on_flush is not None:
+            self.on_flush()
         return True

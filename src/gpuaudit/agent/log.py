@@ -7,11 +7,13 @@ import sys
 import time
 from typing import Any
 
+from gpuaudit.textsafe import printable
+
 logger = logging.getLogger("gpuaudit.agent")
 
 
 def _fmt(value: Any) -> str:
-    text = str(value)
+    text = printable(value)  # names and errors from the node: no raw control characters in the log
     if not text or any(c in text for c in ' "=\n'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text

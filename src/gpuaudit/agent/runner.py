@@ -5,14 +5,17 @@
 - Rows are stamped in UTC by `Stamper`: wall-clock time, but never earlier than the previous stamp plus
   the monotonic time elapsed, so a wall-clock step backwards neither duplicates nor reorders rows (and a
   step forward drops none). The last stamp is kept in the status file, so a restart continues after it.
-- SIGTERM / SIGINT: stop sampling, flush, exit 0.
+- SIGTERM / SIGINT: stop sampling, flush, exit 0, promptly at any interval (sleeps wake on the signal).
+  SIGHUP: flush now and keep running.
+- One agent per (data directory, host): an flock held for the agent's life (gpuaudit.agent.instance). The
+  status file is written at start (the agent's pid, start time and boot id: `agent status` checks them)
+  and after every flush.
 - Driver gone (reload, Uninitialized): re-init with exponential backoff; the missing intervals are a gap.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import threading
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit import __version__
+from gpuaudit.agent import instance
 from gpuaudit.agent.buffer import Flusher, RowBuffer, Writer, store_writer
 from gpuaudit.agent.log import event
 from gpuaudit.agent.procinfo import Attributor, ProcAttributor
@@ -34,6 +38,10 @@ from gpuaudit.nvml import DriverGone, Nvml
 REINIT_MIN_S = 1.0
 REINIT_MAX_S = 60.0
 REDISCOVER_EMPTY_S = 60.0  # with no GPU found, look again this often
+# --interval range: below 0.1 s NVML's own sampling cannot follow (and a near-zero interval turns the loop
+# into a busy spin); above an hour a row says little about when a GPU was busy.
+INTERVAL_MIN_S = 0.1
+INTERVAL_MAX_S = 3600.0
 
 
 def status_name(host: str) -> str:
@@ -52,10 +60,14 @@ class AgentConfig:
     host: str = ""
     max_buffer_rows: int = 50_000
     fork_writer: bool = True  # flush from a forked child (see buffer.run_forked)
+    upload: str | None = None  # --upload: a collection target each flush is pushed to (agent/upload.py)
+    upload_endpoint_url: str | None = None
+    delete_after_upload: bool = False
 
     def validate(self) -> None:
-        if not self.interval_s > 0:
-            raise GpuauditError(f"--interval must be > 0 seconds, got {self.interval_s}")
+        if not INTERVAL_MIN_S <= self.interval_s <= INTERVAL_MAX_S:  # also refuses nan
+            raise GpuauditError(f"--interval must be between {INTERVAL_MIN_S:g} and {INTERVAL_MAX_S:g} seconds, "
+                                f"got {self.interval_s:g}")
         if not self.flush_interval_s > 0:
             raise GpuauditError(f"--flush-interval must be > 0 seconds, got {self.flush_interval_s}")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -64,6 +76,10 @@ class AgentConfig:
             raise GpuauditError("--max-buffer-rows must be at least 10")
         if not self.host:
             self.host = socket.gethostname()
+        if self.upload:
+            from gpuaudit.agent.upload import check_target
+
+            check_target(self.root, self.upload)
 
 
 class Stamper:
@@ -94,9 +110,20 @@ class Agent:
         self.mono = mono
         self.sampler = Sampler(nvml, config.host, attributor or ProcAttributor(), clock=mono)
         self.buffer = RowBuffer(config.max_buffer_rows)
+        self.uploader = None
+        if config.upload:
+            from gpuaudit.agent.upload import Uploader
+
+            self.uploader = Uploader(config.root, config.upload, endpoint_url=config.upload_endpoint_url,
+                                     delete_after_upload=config.delete_after_upload,
+                                     verbose=logging.getLogger("gpuaudit").isEnabledFor(logging.DEBUG))
         self.flusher = Flusher(config.root, config.host, self.buffer, writer=writer, clock=mono,
-                               fork=config.fork_writer)
+                               fork=config.fork_writer, on_flush=self.uploader.notify if self.uploader else None)
         self.stop_event = threading.Event()
+        self.wake = threading.Event()  # set by every signal: a sleep ends at once
+        self.flush_requested = False  # SIGHUP
+        self.stopped: datetime | None = None
+        self.lock = instance.AgentLock(config.root, config.host)
         self.started = datetime.now(UTC)
         self.intervals = 0
         self.overruns = 0
@@ -122,8 +149,9 @@ class Agent:
     def status(self) -> dict[str, Any]:
         last_ts = self.stamper.last
         return {
-            "host": self.config.host, "pid": os.getpid(), "version": __version__,
+            "host": self.config.host, **instance.identity(), "version": __version__,
             "started": self.started.isoformat(), "updated": datetime.now(UTC).isoformat(),
+            "stopped": self.stopped.isoformat() if self.stopped else None,
             "interval_s": self.config.interval_s, "flush_interval_s": self.config.flush_interval_s,
             "driver_version": self.sampler.driver_version, "devices": self.sampler.describe(),
             "last_flush": self.flusher.last_flush.isoformat() if self.flusher.last_flush else None,
@@ -146,20 +174,38 @@ class Agent:
         def handler(signum: int, frame: Any) -> None:
             event("signal", signal=signal.Signals(signum).name)
             self.stop_event.set()
+            self.wake.set()
+
+        def flush_handler(signum: int, frame: Any) -> None:
+            event("signal", signal=signal.Signals(signum).name, action="flush")
+            self.request_flush()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        if hasattr(signal, "SIGHUP"):
+            signal.signal(signal.SIGHUP, flush_handler)
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.wake.set()
+
+    def request_flush(self) -> None:
+        """Flush at the next chance (within the current sleep), then keep sampling."""
+        self.flush_requested = True
+        self.wake.set()
 
     def _sleep_until(self, deadline: float) -> bool:
-        """Sleep on the monotonic clock; False when asked to stop."""
+        """Sleep on the monotonic clock, serving flush requests; False when asked to stop."""
         while not self.stop_event.is_set():
+            if self.flush_requested:
+                self.flush_requested = False
+                self.flusher.flush()
+                self._write_status()
             left = deadline - self.mono()
             if left <= 0:
                 return True
-            self.stop_event.wait(min(left, 1.0))
+            self.wake.wait(min(left, 1.0))
+            self.wake.clear()  # flags are set before wake: the loop sees them on its next pass
         return False
 
     def _discover(self) -> bool:
@@ -179,14 +225,23 @@ class Agent:
 
     def run(self) -> dict[str, Any]:
         """Sample until --duration, --once, or a signal; flush; return the final status."""
+        self.lock.acquire()  # a second agent for this host and directory stops here, naming the first
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> dict[str, Any]:
         cfg = self.config
         event("start", host=cfg.host, interval_s=cfg.interval_s, flush_interval_s=cfg.flush_interval_s,
               root=cfg.root, version=__version__)
         self.nvml.init()  # a missing library / driver is fatal here, with its hint
+        self._write_status()  # `agent status` sees the agent from now on (and tests wait for this)
         start = self.mono()
         end = start + cfg.duration_s if cfg.duration_s else None
         if not self._discover():
             return self._finish()
+        self._write_status()  # with the devices
         if not self.sampler.units:
             event("no_devices", logging.WARNING, hint="no NVIDIA GPU visible to NVML on this node")
         next_tick = self.mono() + cfg.interval_s
@@ -229,7 +284,10 @@ class Agent:
 
     def _finish(self) -> dict[str, Any]:
         self.flusher.flush()
+        self.stopped = datetime.now(UTC)
         self._write_status()
+        if self.uploader is not None:
+            self.uploader.close()  # the last push, including the final flush (bounded wait)
         self.sampler.close()
         self.nvml.shutdown()
         st = self.status()

@@ -1,4 +1,5 @@
-"""`agent status`: what NVML shows on this node right now, and what the running agent last wrote."""
+"""`agent status`: what NVML shows on this node right now, whether the agent is running, and what it
+last wrote."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.agent.instance import liveness
 from gpuaudit.agent.runner import status_name
 from gpuaudit.agent.sampler import Sampler
 from gpuaudit.nvml import DriverGone, Nvml, NvmlUnavailable
+from gpuaudit.textsafe import printable
 
 PROBE_S = 0.5  # one short interval, so the probe can tell which fields this GPU really gives
 
@@ -35,8 +38,19 @@ def collect(root: Path, host: str, nvml: Nvml) -> dict[str, Any]:
     from gpuaudit.store import read_json
 
     agent = read_json(root, status_name(host))
+    if not isinstance(agent, dict):
+        agent = None
+    running, why = liveness(agent) if agent else (False, "no status file")
     live = probe(nvml, host)
-    return {"host": host, "data": str(root), "agent": agent, **live}
+    return {"host": host, "data": str(root), "agent": agent, "agent_running": running, "agent_state": why,
+            **live}
+
+
+def exit_code(st: dict[str, Any]) -> int:
+    """0: NVML works and the agent is running; 1: NVML unusable; 3: the agent is not known to be running."""
+    if st["nvml_error"]:
+        return 1
+    return 0 if st["agent_running"] else 3
 
 
 def _age(iso: str | None) -> str:
@@ -47,6 +61,17 @@ def _age(iso: str | None) -> str:
     except ValueError:
         return iso
     return f"{iso} ({seconds:.0f} s ago)"
+
+
+def _state(st: dict[str, Any]) -> str:
+    agent, running, why = st.get("agent") or {}, st.get("agent_running"), st.get("agent_state")
+    if running:
+        return f"running ({why}, since {agent.get('started')})"
+    seen = agent.get("updated") or agent.get("last_flush")
+    last = f"last seen {_age(seen)}" if seen else ""
+    if running is None:
+        return f"unknown: {why}" + (f"; {last}" if last else "")
+    return "NOT RUNNING (" + "; ".join(x for x in (why, last) if x) + ")"
 
 
 def render(st: dict[str, Any]) -> str:
@@ -68,10 +93,11 @@ def render(st: dict[str, Any]) -> str:
             lines.append(f"    measured: {', '.join(have) or '-'}; unsupported: {', '.join(missing) or '-'}")
     agent = st.get("agent")
     if not agent:
-        lines.append("agent:           no status file yet (has `gpuaudit agent run` flushed here?)")
+        lines.append("agent:           NOT RUNNING (no status file yet: has `gpuaudit agent run` started here?)")
     else:
         lines += [
-            f"agent:           pid {agent.get('pid')}, version {agent.get('version')}, "
+            f"agent:           {_state(st)}",
+            f"                 pid {agent.get('pid')}, version {agent.get('version')}, "
             f"interval {agent.get('interval_s')} s, flush every {agent.get('flush_interval_s')} s",
             f"last flush:      {_age(agent.get('last_flush'))}",
             f"last sample:     {agent.get('last_ts') or 'never'}",
@@ -80,4 +106,5 @@ def render(st: dict[str, Any]) -> str:
         ]
         if agent.get("flush_error"):
             lines.append(f"flush error:     {agent['flush_error']}")
-    return "\n".join(lines)
+    # Host, device names and errors come from the node and the status file: no raw control characters.
+    return "\n".join(printable(line) for line in lines)

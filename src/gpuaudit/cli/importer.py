@@ -51,6 +51,9 @@ def prometheus(
     retries: int = typer.Option(3, "--retries", help="Retries on connection errors, timeouts, 429 and 5xx."),
     max_points: int = typer.Option(10_000, "--max-points",
                                    help="Points per series per query (Prometheus allows 11,000)."),
+    max_response_mb: float = typer.Option(256, "--max-response-mb",
+                                          help="Largest answer accepted from the server, MiB (decompressed): "
+                                               "more is an error, never an exhausted memory."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     data: Path = DataOption,
 ) -> None:
@@ -62,12 +65,13 @@ def prometheus(
     from gpuaudit.importer.promclient import transport
     from gpuaudit.importer.prometheus import import_prometheus
     from gpuaudit.importer.timespec import parse_step_s, parse_time
+    from gpuaudit.textsafe import printable
 
     step_s = parse_step_s(step)
-    t_start, t_end = parse_time(start), parse_time(end)
+    t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
     mapping = build_mapping(metric, label, selector=selector, exporter_pod=exporter_pod)
     conn = transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
-                     insecure=insecure, timeout_s=timeout, retries=retries)
+                     insecure=insecure, timeout_s=timeout, retries=retries, max_response_mb=max_response_mb)
     bar: dict[str, Any] = {}
 
     def progress(done: int, total: int) -> None:
@@ -89,7 +93,7 @@ def prometheus(
             bar["bar"].__exit__(None, None, None)  # end the bar's line before an error message
     window = f"{result.start:%Y-%m-%dT%H:%M:%SZ} .. {result.end:%Y-%m-%dT%H:%M:%SZ}"
     typer.echo(f"imported {result.sample_rows} sample rows ({result.gpus} GPUs/MIG slices on {result.hosts} "
-               f"hosts) and {result.process_rows} process rows, {window} at {step_s}s, into {root}")
+               f"hosts) and {result.process_rows} process rows, {window} at {step_s}s, into {printable(root)}")
     if result.replaced_rows:
         typer.echo(f"replaced {result.replaced_rows} rows of earlier imports of this window")
     util_only = result.sources.get("prometheus-dcgm-util", 0)

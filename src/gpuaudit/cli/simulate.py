@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import math
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import typer
@@ -19,14 +20,21 @@ SCENARIO_HELP = (
 )
 
 
-def _parse_start(value: str | None) -> datetime | None:
+def _parse_start(value: str | None, days: float) -> datetime | None:
+    """--start: an ISO date or time (UTC unless it has an offset), within the years the importer accepts,
+    with the whole simulated trial inside them too."""
     if value is None:
         return None
     try:
-        start = datetime.fromisoformat(value)
+        start = datetime.fromisoformat(value.strip())
     except ValueError:
         raise GpuauditError(f"--start must be an ISO date or time, e.g. 2026-01-05 (got {value!r})") from None
-    return start if start.tzinfo else start.replace(tzinfo=UTC)
+    from gpuaudit.importer.timespec import LATEST, check_range
+
+    start = check_range(start if start.tzinfo else start.replace(tzinfo=UTC), "--start", value)
+    if math.isfinite(days) and 0 < days < 36600 and start + timedelta(days=days) > LATEST:
+        raise GpuauditError(f"--start {value!r} with --days {days:g} ends after {LATEST:%Y-%m-%d}")
+    return start
 
 
 @app.command("simulate")
@@ -63,6 +71,6 @@ def simulate_cmd(
     from gpuaudit.report.terminal import progress_bar
 
     with progress_bar("simulating") as bar:  # drawn on a terminal's stderr only
-        summary = sim.simulate(data_path(data), scenario, gpus, days, interval, seed, start=_parse_start(start),
+        summary = sim.simulate(data_path(data), scenario, gpus, days, interval, seed, start=_parse_start(start, days),
                                progress=bar, force=force, workers=workers)
     typer.echo(summary.line())

@@ -8,12 +8,21 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, data_source, fail, handle_errors
 
 
 def _warn_to_stderr() -> None:
-    """Store warnings (skipped files) as `gpuaudit: warning: ...` lines."""
-    logging.basicConfig(level=logging.WARNING, format="gpuaudit: %(levelname)s: %(message)s")
+    """Store warnings (skipped files) as `gpuaudit: warning: ...` lines; file names come from the data, so control
+    characters in them are shown escaped."""
+    from gpuaudit.textsafe import printable
+
+    class _Printable(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return printable(super().format(record))
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Printable("gpuaudit: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.addLevelName(logging.WARNING, "warning")
 
 
@@ -42,10 +51,10 @@ def sql(
         for name in resources.sql_names():
             typer.echo(name)
         return
-    root = data_path(data)
-    if not root.exists():
+    root = data_source(data)
+    if not store.dataset_exists(root):
         fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
-    ds = store.open_dataset(root)
+    ds = store.open_dataset(root, strict=True)  # the connection can read the dataset's files, nothing else
     if views:
         typer.echo(ds.view_sql(), nl=False)
         return
@@ -67,7 +76,12 @@ def _read_query_file(file: Path) -> str:
     from gpuaudit import resources
 
     if file.is_file():
-        return file.read_text(encoding="utf-8")
+        try:
+            return file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            fail(f"--file {file} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})")
+        except OSError as e:
+            fail(f"cannot read --file {file}: {e.strerror or e}")
     # `--file sql/NAME.sql` also finds the canned queries shipped inside the package, from anywhere.
     if file.parent.name in ("sql", "") and file.suffix in (".sql", ""):
         return resources.load_sql(file.stem)
@@ -82,6 +96,8 @@ def compact(
     table: str = typer.Option(None, "--table", help="Only this table: gpu_samples or gpu_processes."),
     host: str = typer.Option(None, "--host", help="Only this host's partitions."),
     date: str = typer.Option(None, "--date", help="Only this date's partitions (YYYY-MM-DD)."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once if another compaction of the dataset runs "
+                                 "(default: wait for it to finish)."),
 ) -> None:
     """Merge each partition's small files into one (safe to interrupt; readers never see rows twice)."""
     from gpuaudit import store
@@ -90,11 +106,11 @@ def compact(
     root = data_path(data)
     if not root.is_dir():
         fail(f"no dataset at {root}")
-    stats = store.compact(root, table=table, host=host, date=date)
+    stats = store.compact(root, table=table, host=host, date=date, wait=not no_wait)
     saved = stats.bytes_before - stats.bytes_after
     typer.echo(
         f"compacted {stats.partitions} partition(s): {stats.files_before} files -> {stats.files_after}, "
         f"{stats.bytes_before:,} -> {stats.bytes_after:,} bytes ({saved:,} saved)"
         + (f"; finished {stats.recovered} interrupted compaction(s)" if stats.recovered else "")
-        + (f"; left {len(stats.skipped)} unreadable file(s) in place" if stats.skipped else "")
+        + (f"; left {len(stats.skipped)} unreadable or foreign file(s) in place" if stats.skipped else "")
     )

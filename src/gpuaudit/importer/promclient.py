@@ -1,6 +1,6 @@
 """Talking to a Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir, VictoriaMetrics) through
-prometheus-api-client: authentication, TLS, timeouts, bounded retries, and turning every failure into
-one GpuauditError line."""
+prometheus-api-client: authentication, TLS, timeouts, bounded retries, a cap on the size of an answer,
+and turning every failure into one GpuauditError line."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from gpuaudit.errors import GpuauditError
@@ -23,6 +24,9 @@ TOKEN_ENV = "GPUAUDIT_PROM_TOKEN"
 PASSWORD_ENV = "GPUAUDIT_PROM_PASSWORD"
 # Prometheus refuses range queries above 11,000 points per series; stay clear of it.
 MAX_POINTS = 10_000
+# The most one answer may hold (decompressed): a server that sends more, or never stops, must not exhaust
+# memory. 256 MiB of JSON holds ~8 M points, e.g. 800 series of 10,000 points; parsed, it takes a few GB.
+MAX_RESPONSE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -36,11 +40,13 @@ class Transport:
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 0.5
+    max_response_bytes: int = MAX_RESPONSE_MB * 1024 * 1024
 
 
 def transport(url: str, *, bearer_token_file: Path | None = None, user: str | None = None,
               password: str | None = None, ca_file: Path | None = None, insecure: bool = False,
-              timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.5) -> Transport:
+              timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.5,
+              max_response_mb: float = MAX_RESPONSE_MB) -> Transport:
     """Validated connection settings. The token comes from --bearer-token-file, else $GPUAUDIT_PROM_TOKEN;
     the basic-auth password from the argument, else $GPUAUDIT_PROM_PASSWORD."""
     url = url.strip().rstrip("/")
@@ -54,6 +60,9 @@ def transport(url: str, *, bearer_token_file: Path | None = None, user: str | No
             token = Path(bearer_token_file).read_text(encoding="utf-8").strip()
         except OSError as e:
             raise GpuauditError(f"cannot read --bearer-token-file {bearer_token_file}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise GpuauditError(f"--bearer-token-file {bearer_token_file} is not UTF-8 text (a binary file?)"
+                                ) from None
         if not token:
             raise GpuauditError(f"--bearer-token-file {bearer_token_file} is empty")
     else:
@@ -72,8 +81,42 @@ def transport(url: str, *, bearer_token_file: Path | None = None, user: str | No
         raise GpuauditError("--timeout must be positive")
     if retries < 0:
         raise GpuauditError("--retries must be 0 or more")
+    if not 0 < max_response_mb <= 1024 * 1024:  # also refuses nan
+        raise GpuauditError(f"--max-response-mb must be positive (at most 1 TiB), got {max_response_mb:g}")
     return Transport(url=url, bearer_token=token, user=user, password=password or "", ca_file=ca_file,
-                     insecure=insecure, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+                     insecure=insecure, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                     max_response_bytes=int(max_response_mb * 1024 * 1024))
+
+
+class ResponseTooLarge(Exception):
+    """An answer went over Transport.max_response_bytes."""
+
+
+class _CappedAdapter(HTTPAdapter):
+    """Reads each answer itself, in chunks, and stops at `max_bytes` (decompressed): requests would
+    otherwise load a body of any size (or an endless one) into memory."""
+
+    def __init__(self, max_bytes: int, **kwargs: Any) -> None:
+        self.max_bytes = max_bytes
+        super().__init__(**kwargs)
+
+    def send(self, request: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["stream"] = True
+        response = super().send(request, **kwargs)
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            response.close()
+            raise ResponseTooLarge(int(declared))
+        chunks, total = [], 0
+        for chunk in response.iter_content(1 << 16):
+            total += len(chunk)
+            if total > self.max_bytes:
+                response.close()
+                raise ResponseTooLarge(total)
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # what requests itself sets when it reads the body
+        response._content_consumed = True
+        return response
 
 
 class PromClient:
@@ -94,6 +137,8 @@ class PromClient:
         auth = (t.user, t.password or "") if t.user is not None else None
         self.pc = PrometheusConnect(url=t.url, headers=headers, auth=auth, retry=retry, session=session,
                                     timeout=t.timeout_s)  # type: ignore[arg-type]
+        # Replaces the adapter PrometheusConnect mounted for this URL: the same retries, plus the size cap.
+        session.mount(self.pc.url, _CappedAdapter(t.max_response_bytes, max_retries=retry))
         if t.insecure:
             import urllib3
 
@@ -110,6 +155,11 @@ class PromClient:
         whole seconds), validated: each item is {"metric": {label: value}, "values": [[ts, "v"], ...]}."""
         try:
             result = self.pc.custom_query_range(query, start_time=start, end_time=end, step=str(step_s))
+        except ResponseTooLarge:
+            limit = self.t.max_response_bytes / (1024 * 1024)
+            raise GpuauditError(f"Prometheus at {self.t.url} sent an answer larger than {limit:g} MiB "
+                                "(--max-response-mb): lower --max-points, narrow --selector, or raise the limit"
+                                ) from None
         except PrometheusApiClientException as e:
             raise GpuauditError(self._http_error(str(e))) from None
         except requests.exceptions.SSLError as e:

@@ -15,8 +15,12 @@ importer's file into). Importing the same or an overlapping window again therefo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import polars as pl
 
@@ -35,7 +40,7 @@ from gpuaudit.importer.timespec import align_down
 
 log = logging.getLogger("gpuaudit.importer")
 
-FILE_STEM = "prometheus"  # the importer's one file per partition
+FILE_STEM = "prometheus"  # the importer's one file per partition is prometheus-<stamp>.parquet
 PROM_SOURCES = (schema.SOURCE_PROM_DCGM, schema.SOURCE_PROM_DCGM_UTIL)
 KEY = ("host", "gpu_uuid", "mig_instance")
 WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
@@ -113,6 +118,7 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
     gpus: set[tuple[str, str, int]] = set()
     for i, (first, last) in enumerate(windows):
         series_rows: list[tuple[Any, ...]] = []
+        raw: list[tuple[str, str, dict[str, str]]] = []  # per series: (field, metric name, its labels)
         sids: list[int] = []
         tss: list[float] = []
         values: list[float] = []
@@ -120,13 +126,17 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
             for item in prom.query_range(q, first, last, step_s):
                 sid = len(series_rows)
                 series_rows.append((sid, fld, prio, *_series_labels(item["metric"], mapping, exporter_pod)))
+                raw.append((fld, name, item["metric"]))
                 n = _append_points(item["values"], tss, values, prom.t.url, name)
                 sids.extend([sid] * n)
             result.queries += 1
             if progress:
                 progress(result.queries, total)
         result.series += len(series_rows)
-        samples, processes = _rows(series_rows, sids, tss, values, mapping, step_s)
+        points = pl.DataFrame({"sid": sids, "ts": tss, "value": values},
+                              schema={"sid": pl.Int64, "ts": pl.Float64, "value": pl.Float64})
+        _check_points(points, raw, mapping, first, last, prom.t.url)
+        samples, processes = _rows(series_rows, points, mapping, step_s)
         if samples.height:
             samples.write_parquet(spill / f"samples-{i:06d}.parquet")
             gpus.update(samples.select(KEY).unique().iter_rows())
@@ -208,12 +218,71 @@ _SERIES_SCHEMA = {
 }
 
 
-def _rows(series_rows: list[tuple[Any, ...]], sids: list[int], tss: list[float], values: list[float],
-          mapping: Mapping, step_s: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One chunk's answers -> (sample rows, process rows) in the dataset's columns."""
+# A stored fraction may exceed 1 (or go below 0) by this much, float rounding in the server's averages
+# (100.0001 %), and is then clipped; anything further out is an error.
+ROUNDING = 1e-5
+_NON_NEGATIVE = ("power_w", "energy_j")
+
+
+def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]]], mapping: Mapping,
+                  first: datetime, last: datetime, url: str) -> None:
+    """Refuse (never clip) what the server cannot mean: a timestamp outside the queried window (a range
+    query answers on its grid only), a utilization above 100 % or below 0, a negative power or energy.
+    The error names the metric, the series' labels and the first bad timestamp."""
+    lo_t, hi_t = first.timestamp() - 1, last.timestamp() + 1
+    bad = points.filter(~pl.col("ts").is_finite() | ~pl.col("ts").is_between(lo_t, hi_t))
+    if bad.height:
+        sid, ts, _ = bad.row(0)
+        fld, name, labels = raw[sid]
+        raise GpuauditError(
+            f"malformed response from {url}: {_series_text(name, labels)} has a sample at {_when(ts)}, outside "
+            f"the queried window {first:%Y-%m-%dT%H:%M:%SZ} .. {last:%Y-%m-%dT%H:%M:%SZ}; nothing imported")
+    lows, highs = [], []
+    for fld, _, _ in raw:
+        factor = mapping.factor(fld)
+        if fld in _FRACTIONS:
+            lows.append(-ROUNDING / factor)
+            highs.append((1 + ROUNDING) / factor)
+        else:
+            lows.append(0.0 if fld in _NON_NEGATIVE else -math.inf)
+            highs.append(math.inf)
+    bounds = pl.DataFrame({"sid": range(len(raw)), "lo": lows, "hi": highs},
+                          schema={"sid": pl.Int64, "lo": pl.Float64, "hi": pl.Float64})
+    bad = (points.filter(pl.col("value").is_finite()).join(bounds, on="sid")
+           .filter((pl.col("value") < pl.col("lo")) | (pl.col("value") > pl.col("hi"))).sort("ts"))
+    if not bad.height:
+        return
+    sid, ts, value, _, _ = bad.row(0)
+    fld, name, labels = raw[sid]
+    if fld in _FRACTIONS:
+        percent = mapping.metrics[fld].unit.lower() == "percent"
+        why = ("negative utilization" if value < 0 else
+               "utilization above 100 %" if percent else
+               "utilization above 1 (the metric is mapped as a 0-1 fraction; for percent give "
+               f"--metric {fld}={name}:percent)")
+    else:
+        why = f"negative {'power' if fld == 'power_w' else 'energy'}"
+    raise GpuauditError(f"bad value from {url}: {_series_text(name, labels)} = {value:g} at {_when(ts)}: {why}; "
+                        "nothing imported")
+
+
+def _series_text(name: str, labels: dict[str, str]) -> str:
+    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
+    return f"{name}{{{text[:300]}{'...' if len(text) > 300 else ''}}}"
+
+
+def _when(ts: float) -> str:
+    try:
+        return f"{datetime.fromtimestamp(ts, UTC):%Y-%m-%dT%H:%M:%SZ}"
+    except (ValueError, OverflowError, OSError):
+        return f"timestamp {ts:g}"
+
+
+def _rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping: Mapping, step_s: int
+          ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One chunk's answers (checked by _check_points) -> (sample rows, process rows) in the dataset's
+    columns."""
     series = pl.DataFrame(series_rows, schema=_SERIES_SCHEMA, orient="row")
-    points = pl.DataFrame({"sid": sids, "ts": tss, "value": values},
-                          schema={"sid": pl.Int64, "ts": pl.Float64, "value": pl.Float64})
     key = list(KEY)
     long = (points.filter(pl.col("value").is_finite())
             .with_columns(pl.col("ts").round(0).cast(pl.Int64))
@@ -248,7 +317,7 @@ def _rows(series_rows: list[tuple[Any, ...]], sids: list[int], tss: list[float],
     def scaled(fld: str) -> pl.Expr:
         factor = mapping.factor(fld) if fld in mapping.metrics else 1.0
         expr = pl.col(fld) * factor
-        return expr.clip(0.0, 1.0) if fld in _FRACTIONS else expr
+        return expr.clip(0.0, 1.0) if fld in _FRACTIONS else expr  # only rounding is left to clip
 
     mib_used = scaled("fb_used")
     samples = (wide.join(attrs, on=key, how="left").join(counts, on=[*key, "ts"], how="left")
@@ -288,13 +357,68 @@ def _mig() -> pl.Expr:
 # ---------------------------------------------------------------------------------------------- write
 
 
+@dataclass
+class _Changes:
+    """What an import will do to the dataset, prepared before any of it is visible: new versions of files
+    written under `stage` (a private dataset root inside <root>/.staging, same relative paths), and files
+    to remove."""
+
+    stage: Path
+    removals: list[Path] = field(default_factory=list)
+    # A new name per import: a name the importer used before may be listed by a compaction record (kept by
+    # the store), which would hide a new file under that name.
+    name: str = field(default_factory=lambda: f"{FILE_STEM}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid4().hex[:8]}")
+
+
+STAGE_PREFIX = "import-"
+
+
 def _write(root: Path, spill: Path, start: datetime, end: datetime, result: ImportResult) -> None:
-    """Publish the spilled rows in batches of whole dates (bounded memory, few writer calls); see
-    _supersede for what is replaced."""
+    """Stage every partition's new files (in batches of whole dates: bounded memory, few writer calls; see
+    _supersede for what is replaced), then publish them all at once. A failure while staging (a full disk,
+    an I/O error) leaves the dataset untouched; see _publish for a failure while publishing."""
     samples_files = sorted(spill.glob("samples-*.parquet"))
     process_files = sorted(spill.glob("processes-*.parquet"))
     if not samples_files:
         return
+    try:
+        staging = root / store.STAGING
+        staging.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stages(staging)
+        changes = _Changes(Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=staging)))
+    except OSError as e:
+        raise GpuauditError(f"cannot write to {root}: {e.strerror or e}; nothing imported") from None
+    try:
+        # Under the dataset's compaction lock: a compaction merging the files this import rewrites would lose
+        # or double rows.
+        with store.compaction_lock(root):
+            _stage_all(root, changes, samples_files, process_files, start, end, result)
+            _publish(root, changes)
+    except GpuauditError as e:
+        # DuckDB reports an I/O failure as JSON with the errno: say it the way the OSError branch does.
+        errno = re.search(r'"errno"\s*:\s*"(\d+)"', str(e))
+        what = f"cannot write to {root}: {os.strerror(int(errno.group(1)))}" if errno else str(e)
+        raise GpuauditError(f"{what}; nothing imported (the dataset is as it was)") from None
+    except OSError as e:
+        raise GpuauditError(f"cannot write to {root}: {e.strerror or e}; nothing imported (the dataset is as it "
+                            "was)") from None
+    finally:
+        shutil.rmtree(changes.stage, ignore_errors=True)
+
+
+def _remove_stale_stages(staging: Path) -> None:
+    """Stages of imports that crashed (a clean failure removes its own)."""
+    now = time.time()
+    for d in staging.glob(f"{STAGE_PREFIX}*"):
+        try:
+            if d.is_dir() and now - d.stat().st_mtime > store.STALE_STAGING_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _stage_all(root: Path, changes: _Changes, samples_files: list[Path], process_files: list[Path],
+               start: datetime, end: datetime, result: ImportResult) -> None:
     samples = pl.scan_parquet(samples_files).with_columns(pl.col("ts").dt.date().alias("_d"))
     processes = (pl.scan_parquet(process_files).with_columns(pl.col("ts").dt.date().alias("_d"))
                  if process_files else None)
@@ -303,15 +427,15 @@ def _write(root: Path, spill: Path, start: datetime, end: datetime, result: Impo
     rows = 0
     for day, n in per_date.iter_rows():
         if batch and rows + n > WRITE_BATCH_ROWS:
-            _write_batch(root, samples, processes, batch, start, end, result)
+            _write_batch(root, changes, samples, processes, batch, start, end, result)
             batch, rows = [], 0
         batch.append(day)
         rows += n
-    _write_batch(root, samples, processes, batch, start, end, result)
+    _write_batch(root, changes, samples, processes, batch, start, end, result)
 
 
-def _write_batch(root: Path, samples: pl.LazyFrame, processes: pl.LazyFrame | None, days: list[Any],
-                 start: datetime, end: datetime, result: ImportResult) -> None:
+def _write_batch(root: Path, changes: _Changes, samples: pl.LazyFrame, processes: pl.LazyFrame | None,
+                 days: list[Any], start: datetime, end: datetime, result: ImportResult) -> None:
     s_rows = samples.filter(pl.col("_d").is_in(days)).collect()
     p_rows = processes.filter(pl.col("_d").is_in(days)).collect() if processes is not None else None
     result.sample_rows += s_rows.height
@@ -322,23 +446,22 @@ def _write_batch(root: Path, samples: pl.LazyFrame, processes: pl.LazyFrame | No
         host, date = str(host), day.isoformat()
         s_part = s_part.drop("_d")
         gpus = s_part.select(_gpu_key().alias("k"))["k"].unique().to_list()
-        keep, replaced = _supersede(root, schema.SAMPLES, host, date, gpus, start, end)
+        keep, replaced = _supersede(root, changes, schema.SAMPLES, host, date, gpus, start, end)
         result.replaced_rows += replaced
         s_merged.append(_concat(keep, s_part))
         p_part = (p_rows.filter((pl.col("host") == host) & (pl.col("_d") == day)).drop("_d")
                   if p_rows is not None else None)
-        keep, _ = _supersede(root, schema.PROCESSES, host, date, gpus, start, end)
+        keep, _ = _supersede(root, changes, schema.PROCESSES, host, date, gpus, start, end)
         merged = _concat(keep, p_part)
         if merged is not None:
             p_merged.append(merged)
             result.process_rows += p_part.height if p_part is not None else 0
-        else:  # every earlier imported process row here was superseded, and none is new
-            (store.partition_dir(root, schema.PROCESSES, host, date) / f"{FILE_STEM}.parquet").unlink(missing_ok=True)
-    result.files += store.write_table(root, schema.SAMPLES, pl.concat(s_merged, how="diagonal_relaxed"),
-                                      name=FILE_STEM)
+    staged = store.write_table(changes.stage, schema.SAMPLES, pl.concat(s_merged, how="diagonal_relaxed"),
+                               name=changes.name)
     if p_merged:
-        result.files += store.write_table(root, schema.PROCESSES, pl.concat(p_merged, how="diagonal_relaxed"),
-                                          name=FILE_STEM)
+        staged += store.write_table(changes.stage, schema.PROCESSES, pl.concat(p_merged, how="diagonal_relaxed"),
+                                    name=changes.name)
+    result.files += [root / f.relative_to(changes.stage) for f in staged]
 
 
 def _concat(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame | None:
@@ -361,18 +484,20 @@ def _prom_rows(table: str) -> pl.Expr:
     return pl.col("pid").is_null()
 
 
-def _supersede(root: Path, table: str, host: str, day: str, gpus: list[str], start: datetime, end: datetime
-               ) -> tuple[pl.DataFrame | None, int]:
+def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, gpus: list[str], start: datetime,
+               end: datetime) -> tuple[pl.DataFrame | None, int]:
     """Drop the earlier rows of this partition that a new import replaces: Prometheus-sourced rows of the
-    imported GPUs with ts in (start, end]. Returns (rows of the importer's own file to keep, rows
-    dropped). Other files holding such rows (the importer's file after a compaction merged it) are
-    rewritten atomically without them."""
+    imported GPUs with ts in (start, end]. Returns (rows of the importer's own earlier files to keep, rows
+    dropped); those files are listed for removal (the new file holds their kept rows). Other files holding
+    such rows (the importer's file after a compaction merged it) get a new version without them staged in
+    `changes` (or are listed for removal)."""
     part_dir = store.partition_dir(root, table, host, day)
     if not part_dir.is_dir():
         return None, 0
     if any(part_dir.glob(f"{store.JOURNAL_PREFIX}*")):
-        # An interrupted compaction: let the store finish it first, so no file we read is one it hides.
-        store.compact(root, table=table, host=host, date=day)
+        # An interrupted compaction: finish it first (we hold the compaction lock), so no file we read is one
+        # it hides.
+        store.finish_journals(part_dir)
     keep_own: pl.DataFrame | None = None
     dropped = 0
     mask = (_prom_rows(table) & pl.col("ts").is_between(start, end, closed="right")
@@ -381,7 +506,7 @@ def _supersede(root: Path, table: str, host: str, day: str, gpus: list[str], sta
         try:
             # Other producers' files are only counted (column statistics make that cheap); read in
             # full only the importer's own file and files that hold rows to replace.
-            if f.stem != FILE_STEM and not pl.scan_parquet(f).filter(mask).select(pl.len()).collect().item():
+            if not _own(f) and not pl.scan_parquet(f).filter(mask).select(pl.len()).collect().item():
                 continue
             old = pl.read_parquet(f)
         except Exception as e:  # a damaged file is the reader's business (skipped with a warning there)
@@ -391,11 +516,70 @@ def _supersede(root: Path, table: str, host: str, day: str, gpus: list[str], sta
         n = int(replaced.sum())
         dropped += n
         rest = old.filter(~replaced).with_columns(pl.lit(host).alias("host"))
-        if f.stem == FILE_STEM:
-            keep_own = rest
+        if _own(f):
+            keep_own = _concat(keep_own, rest)
+            changes.removals.append(f)
         elif n:
             if rest.height:
-                store.write_table(root, table, rest, name=f.stem)
+                store.write_table(changes.stage, table, rest, name=f.stem)
             else:
-                f.unlink()
+                changes.removals.append(f)
     return keep_own, dropped
+
+
+def _own(f: Path) -> bool:
+    """The importer's file: prometheus-<stamp>.parquet (an older gpuaudit wrote prometheus.parquet)."""
+    return f.stem == FILE_STEM or f.stem.startswith(FILE_STEM + "-")
+
+
+def _publish(root: Path, changes: _Changes) -> None:
+    """Make the staged changes visible: each staged file renamed over its place in the dataset, each removal
+    done, the previous version of every touched file kept aside (hard link, same filesystem) until all of
+    it has succeeded. A failure on the way (a partition directory that cannot be created, an I/O error)
+    puts every touched file back as it was, then raises: other readers may have seen the new files for
+    that moment, but the dataset ends as it was before the import. Renames and links need no free space,
+    so a full disk stops the import while staging, before this."""
+    aside = changes.stage / ".previous"
+    aside.mkdir()
+    staged = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
+    done: list[tuple[Path, Path | None]] = []  # (dataset path, its previous version aside, or None if new)
+    try:
+        for i, new in enumerate(staged):
+            final = root / new.relative_to(changes.stage)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            previous = _set_aside(final, aside / f"{i}.parquet")
+            done.append((final, previous))
+            os.replace(new, final)
+        for i, f in enumerate(changes.removals):
+            previous = aside / f"removed-{i}.parquet"
+            os.replace(f, previous)
+            done.append((f, previous))
+    except OSError:
+        for final, previous in reversed(done):
+            try:
+                if previous is not None:
+                    os.replace(previous, final)
+                else:
+                    final.unlink(missing_ok=True)
+            except OSError as e:  # cannot happen short of the disk going away; say what is left where
+                log.error("import: could not restore %s from %s: %s", final, previous, e)
+        raise
+    for d in sorted({f.parent for f, _ in done}):  # the renames are durable once their directories are synced
+        with contextlib.suppress(OSError):
+            fd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _set_aside(final: Path, previous: Path) -> Path | None:
+    """Keep `final`'s current version at `previous` without ever removing it from view (a hard link); where
+    the filesystem has no hard links, move it (it is out of view until the new version lands)."""
+    if not final.exists():
+        return None
+    try:
+        os.link(final, previous)
+    except OSError:
+        os.replace(final, previous)
+    return previous

@@ -11,6 +11,10 @@ from datetime import UTC, datetime, timedelta
 from gpuaudit.errors import GpuauditError
 
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 365 * 86400}
+# Times a command accepts: no GPU telemetry predates 2000 (Prometheus itself is from 2012), and nothing is
+# measured after 2100. Outside, a value is a typo (`-1000000d`, `0001-01-01`, `9999-12-31`), not a window.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
 
@@ -33,27 +37,50 @@ def parse_step_s(text: str) -> int:
     return int(seconds)
 
 
-def parse_time(text: str, now: datetime | None = None) -> datetime:
+def parse_time(text: str, now: datetime | None = None, *, option: str | None = None) -> datetime:
     """`now`, a relative offset (`-30d`, `-6h`, `-90m`), or an ISO date / datetime. A datetime without
-    a zone is taken as UTC; one with a zone is converted to UTC."""
+    a zone is taken as UTC; one with a zone is converted to UTC. The result lies between EARLIEST and
+    LATEST; `option` names the argument in errors (e.g. `--start`)."""
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     t = text.strip()
-    if t.lower() == "now":
-        return now.astimezone(UTC)
-    if t.startswith("-") and len(t) > 1 and not t[1:2].isspace():
-        return (now - timedelta(seconds=parse_duration_s(t[1:]))).astimezone(UTC)
     try:
-        parsed = datetime.fromisoformat(t)
+        if t.lower() == "now":
+            parsed = now
+        elif t.startswith("-") and len(t) > 1 and not t[1:2].isspace():
+            try:
+                seconds = parse_duration_s(t[1:])
+            except GpuauditError:
+                raise GpuauditError(f"{_bad(text, option)}: a relative offset is a duration back from now, "
+                                    "e.g. -30d, -6h, -1h30m") from None
+            parsed = now - timedelta(seconds=seconds)
+        else:
+            parsed = datetime.fromisoformat(t)
     except ValueError:
         raise GpuauditError(
-            f"bad time {text!r}: use an ISO date or datetime (2026-01-05, 2026-01-05T12:00:00Z), "
+            f"{_bad(text, option)}: use an ISO date or datetime (2026-01-05, 2026-01-05T12:00:00Z), "
             "a relative offset (-30d, -6h) or now"
         ) from None
+    except OverflowError:  # an offset reaching before year 1
+        raise GpuauditError(f"{_bad(text, option)}: it lies before year 1; use a time within "
+                            f"{EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    return check_range(parsed.astimezone(UTC), option, text)
+
+
+def check_range(t: datetime, option: str | None = None, text: str | None = None) -> datetime:
+    """`t` itself, or a one-line error when it lies outside EARLIEST .. LATEST."""
+    if not EARLIEST <= t <= LATEST:
+        raise GpuauditError(f"{_bad(text if text is not None else t.isoformat(), option)}: "
+                            f"{t.year:04d}-{t.month:02d}-{t.day:02d} is outside "
+                            f"{EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}")
+    return t
+
+
+def _bad(text: str, option: str | None) -> str:
+    return f"bad time {text!r}" + (f" for {option}" if option else "")
 
 
 def align_down(t: datetime, step_s: int) -> datetime:

@@ -24,9 +24,9 @@ def analyze(root: Path, config: Path | None = None, preset: str | None = None,
     (`latency_sensitive`, `data_residency`, `egress_gb_per_week`, `current`) of `gpuaudit analyze`."""
     from gpuaudit.analysis.config import load_config
     from gpuaudit.analysis.pipeline import analyze as run
+    from gpuaudit.store import dataset_exists
 
-    root = Path(root)
-    if not root.is_dir():
+    if not dataset_exists(root):  # a directory, or an s3:// URL
         raise NoDataError(f"no dataset at {root}: record one with `gpuaudit agent run`, import one with "
                           f"`gpuaudit import prometheus`, or try `gpuaudit demo`")
     cfg = load_config(config, preset)  # a bad config fails before the long part
@@ -40,6 +40,7 @@ def report_dataset(root: Path, out: Path, *, formats: str = "html,md,json", conf
     """Analyze `root` and write the report into `out`; print a short summary unless quiet."""
     from gpuaudit.report.terminal import print_summary, progress_steps
     from gpuaudit.report.writer import parse_formats, write_report
+    from gpuaudit.textsafe import printable
 
     wanted = parse_formats(formats)  # fail on a bad --format before the long part
     with progress_steps(not quiet) as step:
@@ -47,7 +48,7 @@ def report_dataset(root: Path, out: Path, *, formats: str = "html,md,json", conf
         written = write_report(result, out, wanted, progress=step)
     if quiet:
         for path in written.files.values():
-            print(path)
+            print(printable(str(path)))
     else:
         print_summary(result, written)
     return written

@@ -13,8 +13,13 @@ from gpuaudit.report import fmt
 def print_summary(result: Any, written: Any, *, console: Any = None) -> None:
     """Verdict, the key figures and the scenario costs, then where the files are."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.markup import escape as _markup
     from rich.table import Table
+
+    from gpuaudit.textsafe import printable
+
+    def escape(text: str) -> str:  # data and paths: no rich markup, no raw control characters
+        return _markup(printable(text))
 
     console = console or Console()
     report = written.report
@@ -27,19 +32,25 @@ def print_summary(result: Any, written: Any, *, console: Any = None) -> None:
     figures.add_column(style="dim")
     figures.add_column(justify="right", style="bold")
     figures.add_row("believed (runtime-hour) utilization", fmt.pct(u.runtime_utilization.value))
-    figures.add_row("real (SM-active) utilization", fmt.pct(u.real_utilization.value))
-    figures.add_row("phantom gap", fmt.pp(u.phantom_gap.value))
-    figures.add_row("idle-held GPU-hours", fmt.hours(u.idle_held_gpu_hours.value))
-    figures.add_row("break-even real utilization",
-                    "never" if result.break_even.never else fmt.pct(result.break_even.real_utilization.value))
-    figures.add_row("hybrid: GPUs to own (N*)", f"{result.hybrid.n_star:,}")
+    bound = "≥ " if u.phantom_gap.lower_bound else ""
+    real = (f"{fmt.pct(u.real_utilization_lower.value)} – {fmt.pct(u.real_utilization.value)}"
+            if u.real_is_upper_bound else fmt.pct(u.real_utilization.value))
+    figures.add_row("real (SM-active) utilization", real)
+    figures.add_row("phantom gap", bound + fmt.pp(u.phantom_gap.value))
+    figures.add_row("idle-held GPU-hours", bound + fmt.hours(u.idle_held_gpu_hours.value))
+    be = result.break_even
+    figures.add_row("break-even held-hour utilization",
+                    "never" if be.never else fmt.pct(be.held_utilization.value))
+    figures.add_row("measured held-hour utilization", fmt.pct(be.measured_held))
+    figures.add_row("hybrid: GPUs to own (best N ≥ 1)", f"{result.hybrid.n_owning:,}")
+    figures.add_row("confidence", d.confidence.level)
     figures.add_row("re-evaluate on", d.reevaluate_on.isoformat())
     console.print(figures)
-    costs = Table(title=f"Cost over {result.costs.horizon_months} months", title_justify="left")
+    costs = Table(title=f"Cost over {result.costs.horizon_months} months (present value)", title_justify="left")
     costs.add_column("scenario")
     costs.add_column("total", justify="right")
     for s in result.costs.scenarios:
-        mark = " ◀" if s.id == result.costs.cheapest else ""
+        mark = " ◀" if s.id == result.costs.cheapest else " (plan)" if s.what_if else "" if s.allowed else " (rents)"
         costs.add_row(escape(s.label) + mark, fmt.money(s.total.value))
     console.print(costs)
     for kind, path in written.files.items():

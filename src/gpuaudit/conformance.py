@@ -1,0 +1,201 @@
+"""The reader's side of the contract (schema.py): which files and rows of a dataset the views show.
+
+store.write_table never writes a row outside the contract, but a dataset is a directory anyone can drop
+Parquet files into: a foreign exporter, a hand-edited file, an agent whose clock was reset. The reader checks
+again, cheaply:
+
+- Per file, from the footers (one parquet_schema call over all files): a file without the required columns
+  is left out whole (Dataset.skipped, with a warning naming it). A column of another type (sm_active as
+  VARCHAR, ts as text, DOUBLE for FLOAT) is cast to the contract type with TRY_CAST semantics, per group of
+  files with the same types; a value that does not convert rejects its row. The files gpuaudit wrote all
+  have the contract types: they stay one read_parquet, as before.
+- Per row, a WHERE in the view: required columns non-null; fractions in 0-1 (the writer's tolerance);
+  interval_s in (0, 86400]; ts from 2000-01-01 to "now" + 1 day; no NaN or infinity; no negative power,
+  energy or memory. Rows that fail are not in the views; Dataset.rejected_rows() counts them by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple, TypeVar
+
+import duckdb
+
+from gpuaudit import schema
+
+F = TypeVar("F", bound=Hashable)
+Types = dict[str, str]  # contract column -> DuckDB type, of the columns a file has
+
+_DUCKDB_NAMES = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE"}  # how parquet_schema spells a contract type
+_FLOATS = ("FLOAT", "DOUBLE")
+_UNCONVERTIBLE = "__gpuaudit_unconvertible"
+
+
+class Check(NamedTuple):
+    reason: str  # as rejected_rows() reports it
+    ok: str  # SQL that holds for a valid row (never NULL once the required columns are known non-null)
+    filtered: bool  # whether the view filters on it (else it only names a reason a filtered check covers)
+
+
+def duckdb_type(sql_type: str) -> str:
+    return _DUCKDB_NAMES.get(sql_type, sql_type)
+
+
+def _spellings(path: str) -> tuple[str, ...]:
+    """DuckDB reports a file read through a registered filesystem as scheme:///rest."""
+    scheme, sep, rest = path.partition("://")
+    return (path, f"{scheme}:///{rest}") if sep and not rest.startswith("/") else (path,)
+
+
+def allowed_paths(files: Sequence[Hashable]) -> list[str]:
+    """What DuckDB's allowed_paths must list so that the connection can read `files` and nothing else."""
+    return sorted({s for f in files for s in _spellings(str(f))})
+
+
+def read_types(con: duckdb.DuckDBPyConnection, files: Sequence[F]) -> dict[F, Types | None]:
+    """Each file's top-level columns and their DuckDB types, from the footers: one parquet_schema call for all
+    files (the connection's Parquet metadata cache then serves the scans). None: the file was not reported
+    (its types are then unknown, and every column is cast)."""
+    if not files:
+        return {}
+    by_name = {s: f for f in files for s in _spellings(str(f))}
+    rows = con.execute("SELECT file_name, name, duckdb_type, num_children FROM parquet_schema(?)",
+                       [[str(f) for f in files]]).fetchall()
+    out: dict[F, Types | None] = dict.fromkeys(files)
+    depth: dict[str, list[int]] = {}  # per file: children still to come at each level of the schema tree
+    for file_name, name, typ, children in rows:
+        f = by_name.get(file_name)
+        stack = depth.setdefault(file_name, [])
+        if stack:  # below the root element
+            if len(stack) == 1 and f is not None:
+                types = out[f] if out[f] is not None else {}
+                types[name] = typ
+                out[f] = types
+            stack[-1] -= 1
+        elif f is not None and out[f] is None:
+            out[f] = {}
+        if children:
+            stack.append(children)
+        while stack and stack[-1] == 0:
+            stack.pop()
+    return out
+
+
+def missing_required(table: str, types: Types | None) -> list[str]:
+    """Required stored columns a file lacks (none when its types are unknown)."""
+    if types is None:
+        return []
+    return [c.name for c in schema.stored_columns(table) if not c.nullable and c.name not in types]
+
+
+def conforms(table: str, types: Types | None) -> bool:
+    """Whether a file has the required columns and every contract column it has in the contract's type."""
+    if types is None or missing_required(table, types):
+        return False
+    contract = {c.name: duckdb_type(c.sql_type) for c in schema.stored_columns(table)}
+    return all(contract[n] == ty for n, ty in types.items() if n in contract)
+
+
+def group_files(table: str, files: Sequence[F], types: Mapping[F, Types | None]) -> list[tuple[Types | None, list[F]]]:
+    """Files grouped for reading: first all files whose columns have the contract types (with the columns any
+    of them has), then one group per other combination of types, then the files whose types are unknown."""
+    contract = {c.name: duckdb_type(c.sql_type) for c in schema.stored_columns(table)}
+    conforming: list[F] = []
+    present: Types = {}
+    others: dict[tuple[tuple[str, str], ...] | None, list[F]] = {}
+    for f in files:
+        t = types.get(f)
+        if t is None:
+            others.setdefault(None, []).append(f)
+            continue
+        mine = {n: ty for n, ty in t.items() if n in contract}
+        if all(contract[n] == ty for n, ty in mine.items()):
+            conforming.append(f)
+            present.update(mine)
+        else:
+            others.setdefault(tuple(sorted(mine.items())), []).append(f)
+    groups: list[tuple[Types | None, list[F]]] = [(present, conforming)] if conforming else []
+    groups += [(None if k is None else dict(k), fs) for k, fs in sorted(others.items(), key=lambda kv: kv[0] is None)]
+    return groups
+
+
+def row_checks(table: str, now: datetime | None) -> list[Check]:
+    """The value rules of schema.py as SQL, in the order a rejected row's reason is named. `now` bounds ts
+    (None: the query's current_timestamp). Every float column gets an explicit isfinite(): DuckDB drops a
+    range check that the file's min/max statistics satisfy, and writers leave NaN out of those statistics
+    (Parquet's rule), so a range check alone lets NaN through."""
+    cols = schema.COLUMNS[table]
+    out = [Check(f"{c.name} is null", f"{schema.quote_ident(c.name)} IS NOT NULL", True)
+           for c in cols if not c.nullable]
+    tol = schema.FRACTION_TOLERANCE
+    latest = (f"current_timestamp + INTERVAL {schema.TS_MAX_AHEAD_S} SECOND" if now is None else
+              f"TIMESTAMPTZ '{(now + timedelta(seconds=schema.TS_MAX_AHEAD_S)).isoformat()}'")
+    for c in cols:
+        q = schema.quote_ident(c.name)
+        is_float = c.sql_type in _FLOATS
+        if c.name == "ts":
+            rule: tuple[str, str] | None = (
+                f"ts before {schema.TS_MIN} or more than {schema.TS_MAX_AHEAD_S // 86400} day in the future",
+                f"{q} BETWEEN TIMESTAMPTZ '{schema.TS_MIN} 00:00:00+00' AND {latest}")
+        elif c.name == "interval_s":
+            rule = (f"interval_s not in (0, {schema.MAX_INTERVAL_S:g}]", f"{q} > 0 AND {q} <= {schema.MAX_INTERVAL_S}")
+        elif c.name in schema.FRACTIONS.get(table, ()):
+            rule = (f"{c.name} outside 0-1", f"{q} BETWEEN {-tol} AND {1 + tol}")
+        elif c.name in schema.NON_NEGATIVE.get(table, ()):
+            rule = (f"{c.name} negative", f"{q} >= 0")
+        else:
+            rule = None
+        checks = [(f"{c.name} is NaN or infinite", f"isfinite({q})", True)] if is_float else []
+        checks += [(*rule, True)] if rule else []
+        for reason, ok, filtered in checks:
+            out.append(Check(reason, f"({q} IS NULL OR {ok})" if c.nullable else ok, filtered))
+    return out
+
+
+def select(table: str, sources: Sequence[tuple[str, Types | None]], *, now: datetime | None,
+           reasons: bool = False) -> str:
+    """The view's SELECT: one branch per source (a FROM clause, and the contract columns its files have with
+    their types, or None when unknown: every column is then cast and the FROM must have them all), UNION ALL.
+    Columns come out in contract order, cast to the contract types, plus `date`; rows breaking a rule are
+    left out. With `reasons`, every row comes out instead as (reason, filename): the first rule it breaks, or
+    NULL (the FROM clauses must then have `filename`)."""
+    checks = row_checks(table, now)
+    keep = " AND ".join(ck.ok for ck in checks if ck.filtered)
+    named = " ".join(f"WHEN NOT ({ck.ok}) THEN {_sql_str(ck.reason)}" for ck in checks)
+    branches = []
+    for scan, types in sources:
+        cols, convertible = [], []
+        for c in schema.COLUMNS[table]:
+            q = schema.quote_ident(c.name)
+            have = None if types is None else types.get(c.name, "")
+            if c.name in schema.PARTITION_KEYS or have == duckdb_type(c.sql_type):
+                cols.append(q)
+            elif have == "":
+                cols.append(f"CAST(NULL AS {c.sql_type}) AS {q}")
+            else:
+                cast = f"TRY_CAST({q} AS {c.sql_type})"
+                cols.append(f"{cast} AS {q}")
+                convertible.append((f"{c.name} not convertible to {c.sql_type}",
+                                    f"({q} IS NULL OR {cast} IS NOT NULL)"))
+        cols.append("date")
+        if reasons:
+            bad = " ".join(f"WHEN NOT {ok} THEN {_sql_str(r)}" for r, ok in convertible)
+            flag = f"CASE {bad} END" if bad else "CAST(NULL AS VARCHAR)"
+            inner = f"SELECT {', '.join(cols)}, filename, {flag} AS {_UNCONVERTIBLE} FROM {scan}"
+            branches.append(f"SELECT CASE WHEN {_UNCONVERTIBLE} IS NOT NULL THEN {_UNCONVERTIBLE} {named} END "
+                            f"AS reason, filename FROM ({inner})")
+        else:  # the raw values are checked before the cast hides them, the rules after it
+            where = f" WHERE {' AND '.join(ok for _, ok in convertible)}" if convertible else ""
+            branches.append(f"SELECT * FROM (SELECT {', '.join(cols)} FROM {scan}{where}) WHERE {keep}")
+    return " UNION ALL ".join(branches)
+
+
+def empty(table: str, reasons: bool = False) -> str:
+    if reasons:
+        return "SELECT CAST(NULL AS VARCHAR) AS reason, CAST(NULL AS VARCHAR) AS filename WHERE false"
+    return schema.empty_select(table)
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
