@@ -24,7 +24,8 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-AREAS = ("simulate", "agent", "analyzer", "import")
+# spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end.
+AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet")
 
 
 def machine() -> str:

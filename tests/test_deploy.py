@@ -8,11 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.helpers import REPO, require_binary
+from tests.helpers import REPO, require_binary, run_cli
 
 AGENTS = REPO / "agents"
 UNIT = AGENTS / "gpuaudit-agent.service"
+UNIT_BINARY = "/opt/gpuaudit/bin/gpuaudit"  # the venv agents/README.md creates
 DAEMONSET = AGENTS / "daemonset.yaml"
+SHARED = AGENTS / "daemonset-shared.yaml"  # every node writes into one ReadWriteMany volume
 
 
 def _verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -22,7 +24,7 @@ def _verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     if not gpuaudit.exists():
         pytest.skip("no .venv/bin/gpuaudit console script (run `make test` to create the venv)")
     unit = tmp_path / "gpuaudit-agent.service"
-    unit.write_text(unit_text.replace("/usr/local/bin/gpuaudit", str(gpuaudit)))
+    unit.write_text(unit_text.replace(UNIT_BINARY, str(gpuaudit)))
     return subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
 
 
@@ -52,14 +54,15 @@ def test_systemd_unit_is_hardened() -> None:
     assert "PrivateDevices" not in svc  # /dev/nvidia* must stay visible
 
 
-def _docs() -> list[dict]:
+def _docs(path: Path = DAEMONSET) -> list[dict]:
     yaml = pytest.importorskip("yaml")
-    return [d for d in yaml.safe_load_all(DAEMONSET.read_text()) if d]
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def test_daemonset_validates_against_the_kubernetes_schema() -> None:
+@pytest.mark.parametrize("manifest", [DAEMONSET, SHARED], ids=lambda p: p.name)
+def test_manifests_validate_against_the_kubernetes_schema(manifest: Path) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
-    for doc in _docs():
+    for doc in _docs(manifest):
         kv.validate(doc, kv.latest_version(), strict=True)  # raises ValidationError
 
 
@@ -88,3 +91,93 @@ def test_daemonset_has_what_the_agent_needs() -> None:
     assert data["hostPath"]["path"] == "/var/lib/gpuaudit"
     mount = next(m for m in c["volumeMounts"] if m["name"] == "data")
     assert c["args"][c["args"].index("--data") + 1] == mount["mountPath"]
+
+
+@pytest.mark.parametrize("manifest", [DAEMONSET, SHARED], ids=lambda p: p.name)
+def test_agent_runs_as_non_root_in_a_labelled_namespace(manifest: Path) -> None:
+    docs = _docs(manifest)
+    ns = next(d for d in docs if d["kind"] == "Namespace")
+    labels = ns["metadata"]["labels"]
+    # hostPID and hostPath are beyond baseline: privileged is the only level that admits the agent.
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    assert ds["metadata"]["namespace"] == ns["metadata"]["name"]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    (agent,) = pod["containers"]
+    assert "runAsUser" not in agent["securityContext"]  # inherits the pod's non-root user
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for init in pod.get("initContainers", []):  # the only root step: hand the hostPath dir to the agent's user
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+        assert init["command"] == ["chown", f"{pod['securityContext']['runAsUser']}:"
+                                   f"{pod['securityContext']['runAsGroup']}", agent_data_mount(agent)]
+
+
+def agent_data_mount(container: dict) -> str:
+    return container["args"][container["args"].index("--data") + 1]
+
+
+def test_the_image_runs_as_the_manifests_user() -> None:
+    dockerfile = (AGENTS / "Dockerfile").read_text()
+    pod = next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    uid, gid = pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]
+    assert f"\nUSER {uid}:{gid}\n" in dockerfile and f"--uid {uid}" in dockerfile
+
+
+def test_shared_volume_example_collects_every_node_in_one_dataset() -> None:
+    docs = _docs(SHARED)
+    pvc = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    claim = pvc["metadata"]["name"]
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    data = next(v for v in pod["volumes"] if v["name"] == "data")
+    assert data["persistentVolumeClaim"]["claimName"] == claim
+    assert next(m for m in agent["volumeMounts"] if m["name"] == "data")["mountPath"] == agent_data_mount(agent)
+    assert "$(NODE_NAME)" in agent["args"]  # partitions per node: nodes never write the same file
+    job = next(d for d in docs if d["kind"] == "CronJob")
+    jpod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"
+    assert next(v for v in jpod["volumes"] if v["name"] == "data")["persistentVolumeClaim"]["claimName"] == claim
+    (compact,) = jpod["containers"]
+    assert compact["args"][0] == "compact" and agent_data_mount(compact) == "/data"
+    # The rest of the agent's pod is the same as the local-data DaemonSet's.
+    local = next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    for key in ("runtimeClassName", "hostPID", "nodeSelector", "tolerations", "priorityClassName"):
+        assert pod[key] == local[key], key
+    assert agent["args"] == local["containers"][0]["args"] and agent["env"] == local["containers"][0]["env"]
+
+
+def test_systemd_install_path_is_the_one_agents_readme_creates() -> None:
+    cp = configparser.ConfigParser(strict=False, interpolation=None)
+    cp.optionxform = str  # type: ignore[assignment,method-assign]
+    cp.read(UNIT)
+    assert cp["Service"]["ExecStart"].split()[0] == UNIT_BINARY
+    readme = (AGENTS / "README.md").read_text()
+    venv = str(Path(UNIT_BINARY).parents[1])
+    # PEP 668 systems (Debian 12+, Ubuntu 24.04): a venv, never pip into the system Python.
+    assert f"sudo python3 -m venv {venv}\n" in readme
+    assert f"sudo {venv}/bin/pip install 'gpuaudit[agent]'" in readme
+    assert "\npip install gpuaudit" not in readme and "sudo pip install" not in readme
+
+
+def test_upload_variant_in_agents_readme_is_a_valid_daemonset_the_agent_accepts() -> None:
+    import re
+
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    yaml = pytest.importorskip("yaml")
+    block = re.search(r"```yaml\n(# upload variant.*?)```", (AGENTS / "README.md").read_text(), re.S)
+    assert block, "agents/README.md lost its upload variant"
+    patch = yaml.safe_load(block.group(1))
+    ds = next(d for d in _docs() if d["kind"] == "DaemonSet")
+    (agent,) = ds["spec"]["template"]["spec"]["containers"]
+    agent.update(patch)
+    kv.validate(ds, kv.latest_version(), strict=True)
+    args = patch["args"]
+    assert args[:2] == ["agent", "run"] and args[args.index("--upload") + 1].startswith("s3://")
+    r = run_cli("agent", "run", "--help")
+    assert r.returncode == 0
+    flags = {a for a in args if a.startswith("--")}
+    assert flags <= set(re.findall(r"--[a-z-]+", r.stdout)), flags  # every option exists on `agent run`

@@ -42,17 +42,74 @@ EgressOption = typer.Option(
     None, "--egress-gb-per-week", help="Data moved out of the cloud per week, GB (default: from config)."
 )
 CurrentOption = typer.Option("on-prem", "--current", help="Where the fleet runs today: on-prem or cloud.")
+EngineOption = typer.Option(
+    "duckdb", "--engine",
+    help="What runs the stage-1 SQL over the dataset: duckdb (this machine) or spark (Apache Spark: the active "
+         "or a local session; pip install 'gpuaudit[spark]'). Same figures either way.")
+FleetOption = typer.Option(
+    None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
+    "measured demand is scaled to it."
+)
 
 
 def data_path(value: Path | None) -> Path:
+    """The local dataset directory of a command that writes (or keeps state) there; an s3:// URL is refused with
+    a one-line error pointing to `gpuaudit push` / `agent run --upload` (never a local folder named `s3:`)."""
+    from gpuaudit.store import data_root, local_root
+
+    return local_root(data_root(value))
+
+
+def data_source(value: Path | None) -> Path | str:
+    """The dataset a reading command reads: a local directory, or an s3://bucket/prefix URL."""
+    from gpuaudit import remote
     from gpuaudit.store import data_root
 
-    return data_root(value)
+    root = data_root(value)
+    return remote.as_url(root) or root
 
 
 def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"gpuaudit: error: {message}", err=True)
+    from gpuaudit.textsafe import printable
+
+    # Messages echo data (paths, names, server answers): escaped, so they stay one visible line.
+    typer.echo(f"gpuaudit: error: {printable(message)}", err=True)
     raise typer.Exit(code)
+
+
+# Optional dependencies -> (what they are, the extra that installs them). The base install is the agent's;
+# a command that needs more says which extra to install instead of showing a traceback.
+ANALYSIS = ("the analysis libraries", "full")
+EXTRAS: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("polars", "numpy", "pyarrow", "matplotlib", "jinja2", "prometheus_api_client", "requests"),
+                    ANALYSIS),
+    **dict.fromkeys(("fsspec", "s3fs", "aiobotocore", "botocore"), ("the object-storage libraries", "s3")),
+    **dict.fromkeys(("pyspark", "py4j", "sqlglot"), ("Apache Spark", "spark")),
+}
+
+
+def missing_extra_message(e: ModuleNotFoundError, command: str) -> str | None:
+    """The one-line hint for a missing optional dependency, or None when `e` is not one (a real bug)."""
+    what = EXTRAS.get((e.name or "").partition(".")[0])
+    if what is None:
+        return None
+    return f"{command} needs {what[0]}: pip install 'gpuaudit[{what[1]}]'"
+
+
+def _command_path(callback: Callable[..., Any]) -> str:
+    """`gpuaudit agent run`: the registered name of the command whose callback is `callback`."""
+    from gpuaudit.cli import app
+
+    def find(group: typer.Typer, path: list[str]) -> list[str] | None:
+        for c in group.registered_commands:
+            if c.callback is callback:
+                return [*path, c.name or callback.__name__]
+        for g in group.registered_groups:
+            if g.typer_instance is not None and (found := find(g.typer_instance, [*path, g.name or ""])):
+                return found
+        return None
+
+    return " ".join(find(app, ["gpuaudit"]) or ["gpuaudit"])
 
 
 def handle_errors(fn: F) -> F:
@@ -64,6 +121,11 @@ def handle_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except GpuauditError as e:
             fail(str(e), e.exit_code)
+        except ModuleNotFoundError as e:  # a lean (agent-only) install running a command that needs an extra
+            message = missing_extra_message(e, _command_path(wrapper))
+            if message is None:
+                raise
+            fail(message)
         except KeyboardInterrupt:
             typer.echo("gpuaudit: interrupted", err=True)
             raise typer.Exit(130) from None

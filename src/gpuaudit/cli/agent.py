@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
+from gpuaudit.cli.push import DeleteOption, EndpointOption
 
 agent_app = typer.Typer(
     name="agent",
@@ -45,7 +45,8 @@ def _nvml(simulate: str | None, hardware: str, gpus: int, seed: int, interval_s:
 @agent_app.command("run")
 @handle_errors
 def run(
-    interval: float = typer.Option(10.0, "--interval", "-i", help="Seconds per sample (interval average)."),
+    interval: float = typer.Option(10.0, "--interval", "-i",
+                                   help="Seconds per sample (interval average), 0.1 to 3600."),
     data: Path | None = DataOption,
     once: bool = typer.Option(False, "--once", help="Sample one interval, flush, exit."),
     duration: float | None = typer.Option(None, "--duration", help="Stop after this many seconds."),
@@ -59,17 +60,31 @@ def run(
     simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated workload."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs (every flush)."),
+    upload: str | None = typer.Option(
+        None, "--upload", metavar="URL",
+        help="Also ship each flush to a collection target (shared directory or s3://bucket/prefix), in a "
+        "background process; see `gpuaudit push`."),
+    endpoint_url: str | None = EndpointOption,
+    delete_after_upload: bool = DeleteOption,
 ) -> None:
-    """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM)."""
+    """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM; SIGHUP
+    flushes now). One agent per host and data directory."""
+    from gpuaudit import remote
     from gpuaudit.agent import log
     from gpuaudit.agent.runner import Agent, AgentConfig
 
     log.setup(verbose)
+    if remote.as_url(data):
+        fail(f"the agent writes to a local directory, not {remote.as_url(data)}: "
+             f"give --data DIR and --upload {remote.as_url(data)} to ship each flush there")
     config = AgentConfig(root=data_path(data), interval_s=interval, flush_interval_s=flush_interval,
-                         duration_s=duration, once=once, host=host or "", max_buffer_rows=max_buffer_rows)
+                         duration_s=duration, once=once, host=host or "", max_buffer_rows=max_buffer_rows,
+                         upload=upload, upload_endpoint_url=endpoint_url, delete_after_upload=delete_after_upload)
     config.validate()
     nvml, fake = _nvml(simulate, simulate_hardware, simulate_gpus, seed, interval, config.host)
     extra = {"simulated": {"scenario": simulate, "hardware": simulate_hardware}} if fake else {}
+    if upload:
+        extra["upload"] = upload
     agent = Agent(config, nvml, attributor=fake.attribution if fake else None, extra_status=extra)
     agent.install_signal_handlers()
     st = agent.run()
@@ -90,13 +105,16 @@ def status(
     simulate_hardware: str = HardwareOption,
     simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
 ) -> None:
-    """Devices found, which metrics they support (GPM or duty-cycle fallback), and the agent's last flush.
-    Exits 1 when NVML is unusable on this node."""
-    from gpuaudit.agent.status import collect, render
+    """Devices found, which metrics they support (GPM or duty-cycle fallback), whether the agent is running
+    (its pid and start time are checked, not just its last flush), and its last flush.
+    Exit status: 0 NVML works and the agent runs; 1 NVML unusable; 3 the agent is not running."""
+    from gpuaudit.agent.status import collect, exit_code, render
+    from gpuaudit.jsonout import dumps
 
     host = host or socket.gethostname()
     nvml, _ = _nvml(simulate, simulate_hardware, simulate_gpus, 0, 1.0, host)
     st = collect(data_path(data), host, nvml)
-    typer.echo(json.dumps(st, indent=2, default=str) if as_json else render(st))
-    if st["nvml_error"]:
-        raise typer.Exit(1)
+    typer.echo(dumps(st, indent=2, default=str) if as_json else render(st))
+    code = exit_code(st)
+    if code:
+        raise typer.Exit(code)

@@ -12,10 +12,12 @@ from gpuaudit.cli._common import (
     CurrentOption,
     DataOption,
     EgressOption,
+    EngineOption,
+    FleetOption,
     LatencyOption,
     PresetOption,
     ResidencyOption,
-    data_path,
+    data_source,
     fail,
     handle_errors,
 )
@@ -32,25 +34,28 @@ def analyze_cmd(
     data_residency: bool = ResidencyOption,
     egress_gb_per_week: float | None = EgressOption,
     current: str = CurrentOption,
+    fleet_gpus: int | None = FleetOption,
+    engine: str = EngineOption,
 ) -> None:
     """Analyze the dataset: real vs runtime-hour utilization, the cloud / hybrid / on-prem decision, costs.
 
     Examples: gpuaudit analyze --data ./gpuaudit-data;
     gpuaudit analyze --json --latency-sensitive --egress-gb-per-week 2000 --config costs.toml
     """
-    import json
-
     from gpuaudit.analysis.config import load_config
     from gpuaudit.analysis.pipeline import analyze
     from gpuaudit.analysis.text import summary
+    from gpuaudit.jsonout import dumps
+    from gpuaudit.store import dataset_exists
 
-    root = data_path(data)
-    if not root.exists():
+    root = data_source(data)
+    if not dataset_exists(root):
         fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
     cfg = load_config(config, preset)
     result = analyze(root, cfg, latency_sensitive=latency_sensitive, data_residency=data_residency,
-                     egress_gb_per_week=egress_gb_per_week, current=current)
+                     egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
+                     engine=engine)
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        typer.echo(dumps(result.to_dict(), indent=2, ensure_ascii=False))  # never NaN / Infinity tokens
     else:
         typer.echo(summary(result), nl=False)

@@ -13,10 +13,12 @@ from gpuaudit.cli._common import (
     CurrentOption,
     DataOption,
     EgressOption,
+    EngineOption,
+    FleetOption,
     LatencyOption,
     PresetOption,
     ResidencyOption,
-    data_path,
+    data_source,
     handle_errors,
 )
 
@@ -37,6 +39,8 @@ def report_cmd(
     data_residency: bool = ResidencyOption,
     egress_gb_per_week: float | None = EgressOption,
     current: str = CurrentOption,
+    fleet_gpus: int | None = FleetOption,
+    engine: str = EngineOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
 ) -> None:
     """Write the audit report (HTML, Markdown, JSON) for a dataset, and print a short summary.
@@ -46,9 +50,10 @@ def report_cmd(
     """
     from gpuaudit.report.pipeline import report_dataset
 
-    report_dataset(data_path(data), out, formats=format, config=config, preset=preset, quiet=quiet,
+    report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
                    latency_sensitive=latency_sensitive, data_residency=data_residency,
-                   egress_gb_per_week=egress_gb_per_week, current=current)
+                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
+                   engine=engine)
 
 
 @app.command("demo")

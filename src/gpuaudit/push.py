@@ -1,0 +1,486 @@
+"""`gpuaudit push`: ship a node's finished dataset files to a collection target (a shared directory or
+s3://bucket/prefix), so that a fleet's data can be read in one place.
+
+Contract:
+- Only published files travel: `<table>/host=*/date=*/*.parquet` and the compaction records next to them
+  (`.compact-*.json`); never `.staging/`, sidecars or status files. The remote path mirrors the local one.
+- Idempotent by file name: a file the target already holds with the same size and checksum (S3 ETag, or the
+  file's MD5 on a directory target) is not sent again. What was confirmed is appended to a small manifest
+  (`<data>/.push/<target id>/manifest.jsonl`: name, size, mtime, MD5), so a re-run sends nothing and makes
+  no remote call for files already confirmed, and an interrupted run resumes where it stopped. A file that
+  changed locally since (same name rewritten: the agent retrying a half-written flush, an importer
+  re-importing) is sent again and replaces the remote copy.
+- Atomic on the target: S3 gets one PUT per file (atomic); a directory target gets a temporary dot-file,
+  fsync, rename. Every write is read back (size, checksum) before it counts as confirmed.
+- Local files are never deleted before their remote copy is confirmed; deleting them afterwards is opt-in
+  (`delete_after_upload`).
+- Node-side compaction never makes the target count a row twice: within a partition the compaction records
+  go first, then the data files. The target's readers hide the files a record supersedes once its merged
+  file is there (store.superseded, the rule that already covers a crash mid-compaction), and push then
+  deletes those superseded remote files ("pruning"), so the target converges to what the node holds.
+- Bounded retries: each remote operation is tried `retries + 1` times with exponential backoff; then the
+  run stops with one line saying how far it got (a re-run resumes).
+- One push per (data, target) at a time: a lock file in the state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from gpuaudit import remote, schema, store
+from gpuaudit.errors import GpuauditError
+
+log = logging.getLogger("gpuaudit.push")
+
+STATE_DIR = ".push"
+RETRIES = 3
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
+FOLLOW_BACKOFF_MAX_S = 300.0
+
+
+@dataclass
+class PushStats:
+    sent: int = 0            # files written to the target
+    sent_bytes: int = 0
+    confirmed: int = 0       # already confirmed by an earlier run (manifest): nothing sent, no remote call
+    found: int = 0           # already on the target, identical (e.g. the manifest was lost): recorded, not sent
+    pruned: int = 0          # superseded remote files removed after their merged file was confirmed
+    deleted_local: int = 0   # local files removed after confirmation (delete_after_upload)
+
+    def summary(self, url: str) -> str:
+        parts = [f"pushed {self.sent} file(s), {self.sent_bytes:,} bytes, to {url}",
+                 f"{self.confirmed + self.found} already there"]
+        if self.pruned:
+            parts.append(f"{self.pruned} superseded remote file(s) removed")
+        if self.deleted_local:
+            parts.append(f"{self.deleted_local} local file(s) deleted after upload")
+        return "; ".join(parts)
+
+
+class _Mismatch(Exception):
+    """The target does not hold what was just written (retried)."""
+
+
+class Target(Protocol):
+    url: str
+
+    def prepare(self) -> None: ...
+    def same(self, rel: str, size: int, md5: str) -> bool: ...
+    def put(self, rel: str, data: bytes, md5: str) -> None: ...
+    def names(self, prefix: str) -> set[str]: ...
+    def delete(self, rel: str) -> bool: ...
+
+
+class DirTarget:
+    """A directory (a shared filesystem): temporary dot-file, fsync, rename, fsync of the directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).expanduser()
+        self.url = str(self.root)
+
+    def prepare(self) -> None:
+        try:
+            self.root.mkdir(exist_ok=True)  # not its parents: a missing mount point must not become a directory
+        except FileNotFoundError:
+            raise GpuauditError(f"cannot push to {self.root}: its parent directory does not exist") from None
+        mark = self.root / store.PUSH_TARGET
+        if not mark.exists():
+            mark.write_text("gpuaudit push collects node datasets here; compact them on the nodes, not here\n")
+
+    def same(self, rel: str, size: int, md5: str) -> bool:
+        path = self.root / rel
+        try:
+            if path.stat().st_size != size:
+                return False
+            return _md5_file(path) == md5
+        except FileNotFoundError:
+            return False
+
+    def put(self, rel: str, data: bytes, md5: str) -> None:
+        final = self.root / rel
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # A dot-name that does not end in .parquet: no reader (ours, DuckDB or polars globs) ever lists it.
+        tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with tmp.open("wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        fd = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not self.same(rel, len(data), md5):
+            raise _Mismatch(f"{final} does not read back as written")
+
+    def names(self, prefix: str) -> set[str]:
+        try:
+            return set(os.listdir(self.root / prefix))
+        except FileNotFoundError:
+            return set()
+
+    def delete(self, rel: str) -> bool:
+        try:
+            (self.root / rel).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+
+class S3Target:
+    """s3://bucket/prefix through s3fs. A partition's objects are listed once per run, when a file of it has to
+    be checked (one request per 1000 objects), instead of one request per file."""
+
+    def __init__(self, url: str, endpoint_url: str | None = None) -> None:
+        self.url = url
+        self.fs = remote.filesystem(url, endpoint_url=endpoint_url)
+        self.base = remote.split(url)[1]
+        self._listed: dict[str, dict[str, tuple[int, str]]] = {}  # partition -> rel -> (size, etag)
+
+    def prepare(self) -> None:
+        self._listed.clear()  # other writers (a central prune, an operator) may have changed the target
+        bucket = self.base.split("/", 1)[0]
+        try:
+            self.fs.info(bucket)  # unlike exists(), an unreachable endpoint raises here (and is retried)
+        except FileNotFoundError:
+            raise GpuauditError(f"cannot push to {self.url}: bucket {bucket!r} does not exist (or is not visible "
+                                "with these credentials)") from None
+
+    def _scope(self, rel: str) -> dict[str, tuple[int, str]]:
+        """The objects of `rel`'s partition, <table>/host=<h>/date=<d> (listed on first use in this run)."""
+        scope = "/".join(rel.split("/")[:3])
+        if scope not in self._listed:
+            found: dict[str, tuple[int, str]] = {}
+            try:
+                listing = self.fs.find(f"{self.base}/{scope}", detail=True)
+            except FileNotFoundError:
+                listing = {}
+            for key, info in listing.items():
+                found[key[len(self.base) + 1:]] = (int(info.get("size") or 0), str(info.get("ETag") or ""))
+            self._listed[scope] = found
+        return self._listed[scope]
+
+    def _remote(self, rel: str) -> tuple[int, str] | None:
+        return self._scope(rel).get(rel)
+
+    @staticmethod
+    def _etag_matches(etag: str, md5: str) -> bool:
+        etag = etag.strip('"')
+        # A multipart upload's ETag is not the MD5 of the object ("<md5 of md5s>-<parts>"): size only then.
+        return "-" in etag or not etag or etag == md5
+
+    def same(self, rel: str, size: int, md5: str) -> bool:
+        got = self._remote(rel)
+        return got is not None and got[0] == size and self._etag_matches(got[1], md5)
+
+    def put(self, rel: str, data: bytes, md5: str) -> None:
+        key = f"{self.base}/{rel}"
+        self.fs.pipe_file(key, data)  # one PUT below 100 MB: the object appears whole or not at all
+        info = self.fs.info(key)
+        got = (int(info.get("size") or 0), str(info.get("ETag") or ""))
+        self._scope(rel)[rel] = got
+        if got[0] != len(data) or not self._etag_matches(got[1], md5):
+            raise _Mismatch(f"s3://{key} reads back as {got[0]} bytes, ETag {got[1]}; expected {len(data)}, {md5}")
+
+    def names(self, prefix: str) -> set[str]:
+        return {rel.rsplit("/", 1)[1] for rel in self._scope(f"{prefix}/")}
+
+    def delete(self, rel: str) -> bool:
+        if self._remote(rel) is None:
+            return False
+        self.fs.rm_file(f"{self.base}/{rel}")
+        self._scope(rel).pop(rel, None)
+        return True
+
+
+def _md5_file(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_target(to: Path | str, *, endpoint_url: str | None = None) -> Target:
+    url = remote.as_url(to)
+    return S3Target(url, endpoint_url) if url else DirTarget(Path(to))
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+
+class Manifest:
+    """What the target confirmed: an append-only JSON-lines log (the last line of a name wins), rewritten
+    without the entries of files gone locally once it holds more dead lines than live ones."""
+
+    def __init__(self, state: Path) -> None:
+        self.path = state / "manifest.jsonl"
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.lines = 0
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                    self.entries[entry["f"]] = entry
+                    self.lines += 1
+                except (ValueError, KeyError, TypeError):  # a torn last line after a crash: re-checked remotely
+                    continue
+        self._out: IO[str] | None = None
+
+    def matches(self, rel: str, size: int, mtime_ns: int) -> bool:
+        e = self.entries.get(rel)
+        return e is not None and e.get("s") == size and e.get("m") == mtime_ns
+
+    def record(self, rel: str, **fields: Any) -> None:
+        entry = {**self.entries.get(rel, {}), "f": rel, **fields}
+        self.entries[rel] = entry
+        if self._out is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = self.path.open("a", encoding="utf-8")
+        self._out.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        self._out.flush()
+        self.lines += 1
+
+    def close(self, live: set[str]) -> None:
+        if self._out is not None:
+            os.fsync(self._out.fileno())
+            self._out.close()
+            self._out = None
+        for rel in [r for r in self.entries if r not in live]:
+            del self.entries[rel]
+        if self.lines > 2 * len(self.entries) + 100:
+            tmp = self.path.with_suffix(".tmp")
+            with tmp.open("w", encoding="utf-8") as f:
+                for entry in self.entries.values():
+                    f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            self.lines = len(self.entries)
+
+
+def state_dir(root: Path, target: Target) -> Path:
+    key = target.url if remote.as_url(target.url) else str(Path(target.url).resolve())
+    return root / STATE_DIR / hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _locked(state: Path, url: str) -> Iterator[None]:
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "target").write_text(url + "\n", encoding="utf-8")  # which target this folder is about
+    fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GpuauditError(f"another `gpuaudit push` to {url} is running from this dataset") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------------------- push
+
+
+@dataclass
+class _Run:
+    root: Path
+    target: Target
+    manifest: Manifest
+    retries: int
+    sleep: Callable[[float], None]
+    delete_after_upload: bool
+    stats: PushStats = field(default_factory=PushStats)
+    live: set[str] = field(default_factory=set)
+
+    def attempt(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        for i in range(self.retries + 1):
+            try:
+                return fn(*args)
+            except (GpuauditError, PermissionError, FileNotFoundError, FileExistsError, NotADirectoryError,
+                    IsADirectoryError):
+                raise  # retrying cannot fix a missing bucket, a denied permission or a file in the way
+            except Exception as e:
+                if i == self.retries:
+                    raise GpuauditError(
+                        f"push to {self.target.url} stopped at {what} after {self.retries + 1} attempt(s): "
+                        f"{remote.describe_error(e)} ({self.stats.sent} file(s) sent; run it again to resume)"
+                    ) from e
+                delay = min(BACKOFF_MIN_S * 2 ** i, BACKOFF_MAX_S)
+                log.warning("push: %s failed (%s), retrying in %g s", what, remote.describe_error(e), delay)
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def partition(self, table: str, part_dir: Path) -> None:
+        prefix = f"{table}/{part_dir.parent.name}/{part_dir.name}"
+        try:
+            names = sorted(os.listdir(part_dir))
+        except FileNotFoundError:
+            return
+        record_names = [n for n in names if n.startswith(store.JOURNAL_PREFIX) and n.endswith(".json")]
+        data = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
+        hidden = store._journal_hidden(part_dir, names)  # files a crash mid-compaction left: not shipped
+        done: set[str] = set()
+        # Records first: the target hides their inputs from the moment the merged file lands.
+        for name in record_names + [n for n in data if n not in hidden]:
+            if self.ship(f"{prefix}/{name}", part_dir / name, deletable=name.endswith(".parquet")):
+                done.add(name)
+        # Records are parsed only while one of them still has superseded files to remove (once each): a
+        # compacted day keeps a record listing up to a day of flushes, and the uploader runs every minute.
+        if any(n in done and not self.manifest.entries.get(f"{prefix}/{n}", {}).get("p") for n in record_names):
+            records = {n: r for n in record_names if (r := _read_record(part_dir / n))}
+            self.prune(prefix, records, done)
+
+    def ship(self, rel: str, path: Path, *, deletable: bool) -> bool:
+        """Make sure the target holds `path` as `rel`; True once confirmed."""
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False  # compacted or deleted since the listing: nothing to ship
+        self.live.add(rel)
+        if self.manifest.matches(rel, st.st_size, st.st_mtime_ns):
+            self.stats.confirmed += 1
+            self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, deletable)
+            return True
+        try:
+            with path.open("rb") as f:
+                st = os.fstat(f.fileno())  # what is read is this version, even if the name is replaced meanwhile
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        if self.attempt(f"checking {rel}", self.target.same, rel, len(data), md5):
+            self.stats.found += 1
+        else:
+            self.attempt(f"sending {rel}", self.target.put, rel, data, md5)
+            self.stats.sent += 1
+            self.stats.sent_bytes += len(data)
+        self.manifest.record(rel, s=st.st_size, m=st.st_mtime_ns, h=md5)
+        self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, deletable)
+        return True
+
+    def maybe_delete(self, rel: str, path: Path, size: int, mtime_ns: int, deletable: bool) -> None:
+        if not (self.delete_after_upload and deletable):
+            return
+        try:
+            st = path.stat()
+            if (st.st_size, st.st_mtime_ns) == (size, mtime_ns):  # still the version the target confirmed
+                path.unlink()
+                self.stats.deleted_local += 1
+                self.live.discard(rel)
+        except FileNotFoundError:
+            pass
+
+    def prune(self, prefix: str, records: dict[str, dict[str, Any]], done: set[str]) -> None:
+        """Remove the remote files that confirmed records supersede (once per record)."""
+        todo = {n: r for n, r in records.items()
+                if n in done and not self.manifest.entries.get(f"{prefix}/{n}", {}).get("p")}
+        hidden = store.superseded(done, list(records.values()))
+        there = self.attempt(f"listing {prefix}", self.target.names, prefix) if todo else set()
+        for name, record in sorted(todo.items()):
+            if record["new"] not in done and record["new"] not in hidden:
+                continue  # its merged file is not confirmed yet (or never landed): the inputs stay
+            for old in sorted(set(record["old"]) & there - {record["new"]}):
+                try:
+                    if self.attempt(f"removing superseded {prefix}/{old}", self.target.delete, f"{prefix}/{old}"):
+                        self.stats.pruned += 1
+                except PermissionError as e:  # e.g. a bucket policy without delete: readers hide the file anyway
+                    log.warning("push: cannot remove superseded %s/%s (%s); readers hide it", prefix, old,
+                                remote.describe_error(e))
+            self.manifest.record(f"{prefix}/{name}", p=1)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        r = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list)
+    return r if ok else None
+
+
+def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None = None,
+         delete_after_upload: bool = False, retries: int = RETRIES,
+         sleep: Callable[[float], None] = time.sleep) -> PushStats:
+    """Ship the dataset at `root` (local) to `to` (a directory, an s3:// URL, or a Target). See the module doc."""
+    root = store.local_root(root)
+    if not root.is_dir():
+        raise GpuauditError(f"no dataset at {root}")
+    if retries < 0:
+        raise GpuauditError(f"--retries must be >= 0, got {retries}")
+    target = to if hasattr(to, "put") else make_target(to, endpoint_url=endpoint_url)  # type: ignore[arg-type]
+    if isinstance(target, DirTarget):
+        src, dst = root.resolve(), target.root.resolve()
+        if dst == src or src in dst.parents:
+            raise GpuauditError(f"cannot push {root} into itself ({target.root})")
+    state = state_dir(root, target)
+    try:
+        with _locked(state, target.url):
+            run = _Run(root, target, Manifest(state), retries, sleep, delete_after_upload)
+            complete = False
+            try:
+                run.attempt(f"reaching {target.url}", target.prepare)
+                for table in schema.TABLES:
+                    base = root / table
+                    if base.is_dir():
+                        for part_dir in sorted(base.glob("host=*/date=*")):
+                            run.partition(table, part_dir)
+                complete = True
+            finally:
+                # Entries of files gone locally are dropped only after a full walk (a stopped run saw only part).
+                run.manifest.close(run.live if complete else set(run.manifest.entries))
+    except OSError as e:  # local state or files, a denied permission on either side: one line, never a traceback
+        where = e.filename or target.url
+        raise GpuauditError(f"push to {target.url} stopped: {where}: {e.strerror or remote.describe_error(e)} "
+                            f"(run it again to resume)") from e
+    return run.stats
+
+
+def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None, delete_after_upload: bool = False,
+           retries: int = RETRIES, trigger: IO[bytes] | None = None,
+           event: Callable[..., None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    """Push each time a line arrives on `trigger` (the agent writes one after each flush), and once more at its
+    end of input (the agent stopped, or died: the pipe closed). A failed round is logged and retried at a
+    later trigger, backing off (doubling up to 5 minutes); it never stops the loop."""
+    import sys
+
+    trigger = trigger or sys.stdin.buffer
+    say = event or (lambda name, level=logging.INFO, **kw: log.log(level, "%s %s", name, kw))
+    target = make_target(to, endpoint_url=endpoint_url)
+    failures, not_before = 0, 0.0
+    while True:
+        eof = not trigger.readline()
+        if not eof and clock() < not_before:
+            continue
+        try:
+            stats = push(root, target, delete_after_upload=delete_after_upload, retries=retries)
+        except GpuauditError as e:
+            failures += 1
+            delay = min(BACKOFF_MIN_S * 2 ** failures, FOLLOW_BACKOFF_MAX_S)
+            not_before = clock() + delay
+            say("upload_failed", logging.WARNING, error=str(e), failures=failures, retry_in_s=delay)
+        else:
+            if failures:
+                say("upload_recovered", after_failures=failures)
+            failures, not_before = 0, 0.0
+            level = logging.INFO if stats.sent or stats.pruned or stats.deleted_local else logging.DEBUG
+            say("upload", level, sent=stats.sent, bytes=stats.sent_bytes, pruned=stats.pruned,
+                deleted_local=stats.deleted_local, to=target.url)
+        if eof:
+            return
