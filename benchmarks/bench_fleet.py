@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,18 +38,9 @@ FREE_GB_NEEDED = 1.0  # on top of the dataset's estimate
 
 
 def _timed(cmd: list[str]) -> dict[str, Any]:
-    """Wall time, CPU time and peak RSS of `cmd` (and the children it waited for), from a small wrapper process."""
-    from bench_simulate import _TIMED
+    from bench_simulate import timed
 
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    r = subprocess.run([sys.executable, "-c", _TIMED, json.dumps(cmd)], capture_output=True, text=True, env=env,
-                       check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"timing wrapper failed: {r.stderr[-2000:]}")
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    if out["rc"] != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {out['stderr']}")
-    return out
+    return timed(cmd)
 
 
 def _gpuaudit() -> list[str]:

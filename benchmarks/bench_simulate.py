@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 START = "2026-01-05"  # a Monday
@@ -64,10 +65,9 @@ def _fleet_command(root: Path, gpus: int, days: float) -> list[str]:
             "--data", str(root), "--seed", str(FLEET_SEED)]
 
 
-def _simulate_cli(root: Path, gpus: int, days: float) -> dict:
-    """Run the fleet command as a user does; sizes and truths come from the dataset and simulation.json."""
+def timed(cmd: list[str]) -> dict[str, Any]:
+    """Wall time, CPU time and peak RSS of `cmd` (and the children it waited for), from a small wrapper process."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    cmd = _fleet_command(root, gpus, days)
     r = subprocess.run([sys.executable, "-c", _TIMED, json.dumps(cmd)], capture_output=True, text=True, env=env,
                        check=False)
     if r.returncode != 0:
@@ -75,6 +75,13 @@ def _simulate_cli(root: Path, gpus: int, days: float) -> dict:
     out = json.loads(r.stdout.strip().splitlines()[-1])
     if out["rc"] != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {out['stderr']}")
+    return out
+
+
+def _simulate_cli(root: Path, gpus: int, days: float) -> dict:
+    """Run the fleet command as a user does; sizes and truths come from the dataset and simulation.json."""
+    cmd = _fleet_command(root, gpus, days)
+    out = timed(cmd)
     meta = json.loads((root / "simulation.json").read_text())
     files = {t: list((root / t).rglob("*.parquet")) for t in ("gpu_samples", "gpu_processes")}
     return {"wall": out["wall"], "cpu_s": out["cpu_s"], "rss_kb": out["rss_kb"], "rows": meta["rows"],

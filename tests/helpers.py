@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +41,15 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
         [sys.executable, "-m", "gpuaudit", *args],
         capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
     )
+
+
+@contextlib.contextmanager
+def serving(server: Any) -> Iterator[Any]:
+    """Run a socketserver-style `server` (http.server's) in a daemon thread for the block, then shut it down."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from tests.helpers import require_binary, run_cli
+from tests.helpers import require_binary, run_cli, serving
 from tests.prom_helpers import PromServer, backfill, start_prometheus
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
@@ -154,14 +153,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http() -> Iterator[Server]:
-    srv = Server(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Server(("127.0.0.1", 0), Handler)) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _url(srv: Server) -> str:

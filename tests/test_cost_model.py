@@ -153,7 +153,7 @@ def test_owning_with_an_existing_fleet_keeps_sells_and_buys() -> None:
     parts = owned_cost(cfg, tl, np.array([0.0, 6.0, 8.0, 10.0]), 500.0, existing=8, existing_age_years=age)
     # 0: sell all 8 now; 6: sell 2; 8: keep all (nothing bought, no new network); 10: buy 2
     now = resale_value(cfg, age) * price
-    assert list(parts["resale_now"]) == pytest.approx([-8 * now, -2 * now, 0.0, 0.0])
+    assert list(parts["owned_value_kept"]) == pytest.approx([0.0, 6 * now, 8 * now, 8 * now])
     assert list(parts["hardware"]) == pytest.approx([0.0, 0.0, 0.0, 2 * price])
     assert parts["networking"][2] == 0.0 and parts["networking"][0] == 0.0
     assert parts["staff"][0] == 0.0 and parts["staff"][1] > 0

@@ -141,8 +141,10 @@ def test_staying_counts_only_avoidable_costs() -> None:
     stay = _scenarios(r)["stay-as-is"]
     assert stay.components["hardware"] == 0 and stay.components["networking"] == 0
     assert stay.components["residual_value"] < 0  # what the fleet is still worth at the end
+    assert stay.components["owned_value_kept"] > -stay.components["residual_value"]  # it loses value meanwhile
     cloud = _scenarios(r)["all-cloud"]
-    assert cloud.components["resale_now"] < 0  # leaving the fleet sells it now
+    assert cloud.components["owned_value_kept"] == 0  # leaving the fleet sells it now: nothing tied up
+    assert all((s.total.value or 0) > 0 for s in r.costs.scenarios)  # costs, never income from an old fleet
     assert r.costs.owned_gpus == 8
 
 

@@ -9,7 +9,6 @@ import hashlib
 import json
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import require_binary, run_cli
+from tests.helpers import require_binary, run_cli, serving
 from tests.prom_helpers import free_port
 
 from gpuaudit.errors import GpuauditError
@@ -107,13 +106,8 @@ class Handler(BaseHTTPRequestHandler):
 def fake() -> Iterator[FakeProm]:
     srv = FakeProm(("127.0.0.1", 0), Handler)
     srv.auth_headers = []
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(srv):
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _url(srv: FakeProm, scheme: str = "http") -> str:

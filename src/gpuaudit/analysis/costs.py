@@ -12,7 +12,8 @@ Cloud (per GPU-hour of demand; `cloud_bill`):
     egress    = $/GB × GB/week × 52/12 per month;  managed services = once + per month
 On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the rest of E now, buy N − E:
     hardware  = new GPUs × $/GPU (upfront) or ÷ (years × 12) per month (spread)
-    resale    = −(GPUs sold now × today's value)     residual = −(value at the end of what is owned then)
+    owned value kept = GPUs kept × today's resale value (what keeping them forgoes; selling costs nothing)
+    residual  = −(value at the end of what is owned then)
     networking= a new build's fixed network + per new GPU, amortized like hardware (its own life)
     power     = N × W × PUE × $/kWh × 730 / 1000 per month;  maintenance = fraction/year × $/GPU × N / 12
     staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node))
@@ -219,9 +220,11 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float
 
     hardware, residual_new = _capital(bought * price, o.amortization_years, o.salvage_fraction, tl,
                                       o.capex_timing)
-    # Owned GPUs are sunk: keeping them forgoes their resale value today, and they are worth their value at
-    # the end of the horizon (in both capex timings: this is what owning them still costs or returns).
-    resale_now = -sold * price * resale_value(cfg, existing_age_years)
+    # Owned GPUs are sunk: what they cost was paid. Keeping one forgoes selling it today (its value now is the
+    # capital it still ties up) and leaves its value at the end; selling it costs nothing further. So keeping
+    # costs the loss of value over the horizon, in both capex timings (the same baseline for every scenario:
+    # totals stay costs, never "income" from an old fleet).
+    kept_value = kept * price * resale_value(cfg, existing_age_years)
     residual_kept = -kept * price * resale_value(cfg, existing_age_years + tl.months / 12.0) * tl.end
     new_build = (existing == 0) & any_owned
     net_cost = np.where(new_build, o.networking_usd, 0.0) + o.networking_usd_per_gpu * bought
@@ -229,7 +232,7 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float
     monthly = tl.annuity
     return {
         "hardware": hardware,
-        "resale_now": resale_now,
+        "owned_value_kept": kept_value,
         "residual_value": residual_new + residual_kept + residual_net,
         "networking": networking,
         "power": n * watts * o.pue * o.power_usd_per_kwh * HOURS_PER_MONTH / 1000.0 * monthly,

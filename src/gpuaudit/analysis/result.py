@@ -269,8 +269,8 @@ class Scenario:
     id: stay-as-is, all-cloud, all-on-prem, hybrid, and the what-if plans all-cloud-if-packed,
       all-on-prem-if-packed, hybrid-if-packed.
     cloud_gpu_hours: GPU-hours billed by the cloud over the horizon. owned_gpus: GPUs owned.
-    total: present value of the cost over the horizon (USD). components: named cost parts (USD; resale and
-    residual value are negative) summing to total. monthly_usd: total ÷ months.
+    total: present value of the cost over the horizon (USD). components: named cost parts (USD; residual value
+    is negative) summing to total. monthly_usd: total ÷ months.
     """
 
     id: str

@@ -198,8 +198,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         over = float(overflow_mean(basis, np.array([float(fl.existing)]), prices.unit)[0])
         out.append(_scenario(
             "stay-as-is", "Stay as is (on-prem)",
-            f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and resale value "
-            "count); rent demand above them.",
+            f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and the value "
+            "they lose count); rent demand above them.",
             over, fl.existing, {**own(fl.existing), **flex_bill(over)},
             "owned cost(GPUs owned today) + flexible cloud cost(demand above them)", tl))
         stay_k = 0.0
@@ -216,7 +216,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     sold = f"; sell the {fl.existing} owned GPUs now" if fl.existing else ""
     out.append(_scenario("all-cloud", "All cloud",
                          f"Rent the GPU-hours jobs hold (reserving {k_all:,.1f} GPUs 24/7, the rest flexibly){sold}.",
-                         mean_billed, 0, all_cloud, "cloud cost(held demand) − resale of owned GPUs", tl))
+                         mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
     # all on-prem
     n_peak = max(1, math.ceil(float(basis.max()) - 1e-9)) if basis.size else 1
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,

@@ -541,7 +541,8 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
         rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else "—" for p in parts])
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
-        caption="Where each total comes from (USD, present value; resale and residual value are negative)",
+        caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
+                "is still worth it)",
     )
     step("chart: cost per scenario")
     ids = [s.id for s in base]
