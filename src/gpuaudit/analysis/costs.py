@@ -213,7 +213,6 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float
     n = np.atleast_1d(np.asarray(gpus, dtype=float))
     price = o.hardware_usd_per_gpu
     kept = np.minimum(n, existing)
-    sold = existing - kept
     bought = np.maximum(n - existing, 0.0)
     any_owned = n > 0
     nodes = np.ceil(n / o.gpus_per_node - 1e-9)
