@@ -606,18 +606,25 @@ class Dataset:
                    for types, group in conformance.group_files(table, files, self.types)]
         return conformance.select(table, sources, now=self.now or datetime.now(UTC), reasons=reasons)
 
-    def rejected_rows(self) -> list[tuple[str, str, int]]:
+    def rejected_rows(self, shown: Mapping[str, int] | None = None) -> list[tuple[str, str, int]]:
         """(table, reason, rows) for the rows the views leave out because they break the contract's rules
-        (conformance.py), most first, each also logged as a warning naming a file that holds them. One scan of
-        every row of each table: for whoever wants the count; the views themselves stay one filtered scan."""
+        (conformance.py), most first, each also logged as a warning naming a file that holds them. `shown`: rows
+        per table the caller already counted through the views (the analyzer's stage 1 does), compared with the
+        row counts in the files' footers, so a clean dataset costs no extra scan at all."""
         out = []
         for table in schema.TABLES:
             if not self.files[table]:
                 continue
-            # Counting first is cheap (footers, and only the filtered columns): most datasets reject nothing.
-            every, shown = self.fetchall(f"SELECT (SELECT count(*) FROM ({self.view_select(table, reasons=True)})), "
-                                         f"(SELECT count(*) FROM {schema.VIEW_NAMES[table]})")[0]
-            if every == shown:
+            if shown is not None and table in shown:
+                listing = "[" + ", ".join(_sql_str(str(f)) for f in self.files[table]) + "]"
+                every = self.fetchall(f"SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata({listing})")[0][0]
+                seen = shown[table]
+            else:
+                # Counting first is cheap (footers, and only the filtered columns): most datasets reject nothing.
+                every, seen = self.fetchall(
+                    f"SELECT (SELECT count(*) FROM ({self.view_select(table, reasons=True)})), "
+                    f"(SELECT count(*) FROM {schema.VIEW_NAMES[table]})")[0]
+            if every == seen:
                 continue
             rows = self.fetchall(
                 "SELECT reason, count(*) AS n, min(filename), count(DISTINCT filename) "
@@ -729,11 +736,11 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
             ds._skip(path, reason)
     ds._create_views()
     if strict:
-        # `gpuaudit sql` also sees the analyzer's de-duplicated 300 s buckets (sql/analysis_buckets.sql), so the
-        # canned stage-1 queries run as they are; the analyzer materializes the same SQL as a table instead.
+        # `gpuaudit sql` also sees the analyzer's per-GPU-hour streams (sql/analysis_streams.sql), so the canned
+        # stage-1 queries run as they are; the analyzer materializes the same SQL as a table instead.
         from gpuaudit.resources import load_sql
 
-        ds.con.execute(f"CREATE OR REPLACE VIEW gpu_buckets AS {load_sql('analysis_buckets')}")
+        ds.con.execute(f"CREATE OR REPLACE VIEW gpu_streams AS {load_sql('analysis_streams')}")
         ds.lock_down()
     return ds
 

@@ -1,8 +1,9 @@
 """Stage 1: the only part of the analysis that reads the dataset.
 
-One big scan of `samples` (sql/analysis_buckets.sql) gives one de-duplicated row per GPU per 300 s bucket,
-materialized once as the table `gpu_buckets`; two small GROUP BYs over it give the per-GPU-per-hour rollup
-(sql/analysis_rollup.sql) and the fleet demand series (sql/analysis_demand.sql). One scan of `processes`
+One big scan of `samples` (sql/analysis_streams.sql) gives one row per GPU-hour per stream (a source on a host)
+with what de-duplication needs, materialized once as the small table `gpu_streams`; the per-GPU-per-hour rollup
+(sql/analysis_rollup.sql) keeps each GPU-hour's winning stream, and the fleet demand series
+(sql/analysis_demand.sql) is a second, narrow scan of `samples` weighted by it. One scan of `processes`
 (sql/analysis_holders.sql) gives who held each GPU per hour. Everything after this works on these small
 polars frames, whichever engine ran the SQL (DuckDB here; the same files run on Spark).
 """
@@ -17,12 +18,14 @@ import polars as pl
 
 from gpuaudit.resources import load_sql
 
-# The demand series' bucket in sql/analysis_buckets.sql.
+# The demand series' bucket in sql/analysis_demand.sql.
 DEMAND_BUCKET_S = 300.0
-BUCKETS_TABLE = "gpu_buckets"
+STREAMS_TABLE = "gpu_streams"
 # Stage-1 SQL, in the order it runs: (relation materialized as, file) then the queries read back.
-BUCKETS_SQL = "analysis_buckets"
+STREAMS_SQL = "analysis_streams"
 QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
+DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
+_HAS_DUPLICATES = f"SELECT count(*) AS n FROM {STREAMS_TABLE} WHERE pick > 1 OR overlap > 1"
 _GPU_HOUR = ("host", "gpu_uuid", "mig_instance", "hour_s")
 
 
@@ -63,20 +66,27 @@ class DuckDBEngine:
 
 
 def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
+    from gpuaudit import schema
     from gpuaudit.store import open_dataset
 
     with open_dataset(root, threads=threads) as ds:
-        roll = rollups_from(DuckDBEngine(ds))
-        rejected = getattr(ds, "rejected_rows", None)
-        rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in (rejected() if rejected else ()))
+        engine = DuckDBEngine(ds)
+        roll = rollups_from(engine)
+        # Rows stage 1 saw through the views, against the files' footers: a clean dataset needs no extra scan.
+        seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
+        shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
+        rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
         return Rollups(roll.gpu_hours, roll.demand, roll.holders,
                        tuple(f"{p}: {why}" for p, why in ds.skipped), rows)
 
 
 def rollups_from(engine: Engine) -> Rollups:
     """Run the stage-1 SQL through `engine` and shape the results."""
-    engine.materialize(BUCKETS_TABLE, load_sql(BUCKETS_SQL))
-    rollup, demand, holders = (engine.query(load_sql(q)) for q in QUERIES)
+    engine.materialize(STREAMS_TABLE, load_sql(STREAMS_SQL))
+    # Clean data (the usual case) needs no per-sample weights: the demand scan skips the join.
+    dedup = int(engine.query(_HAS_DUPLICATES)["n"][0]) > 0
+    queries = [DEDUP_DEMAND if q == "analysis_demand" and dedup else q for q in QUERIES]
+    rollup, demand, holders = (engine.query(load_sql(q)) for q in queries)
     return Rollups(
         gpu_hours=rollup.sort(_GPU_HOUR),
         demand=demand.drop("bucket", strict=False).sort("bucket_s"),

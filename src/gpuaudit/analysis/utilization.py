@@ -22,7 +22,7 @@ from gpuaudit.analysis.rollup import DEMAND_BUCKET_S, Rollups
 from gpuaudit.errors import NoDataError
 
 H = 3600.0
-SRC_SAMPLES = "gpu_samples via sql/analysis_buckets.sql (de-duplicated) and sql/analysis_rollup.sql"
+SRC_SAMPLES = "gpu_samples via sql/analysis_streams.sql (de-duplicated) and sql/analysis_rollup.sql"
 SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
 
 # Shared column definitions of the W/R/S tables.

@@ -1,0 +1,84 @@
+-- Analyzer stage 1, the big scan of `samples`: one row per GPU (MIG slice: mig_instance >= 0, whole GPU: -1)
+-- per UTC hour per STREAM (a source on a host), with what de-duplication needs. The analyzer materializes it
+-- once as `gpu_streams` (GPU-hours × streams: small); sql/analysis_rollup.sql keeps each GPU-hour's winning
+-- stream, sql/analysis_demand.sql weights the samples of the winners. `gpuaudit sql` shows it as a view.
+--
+-- A sample belongs to the hour in which its interval ends (ts is the end; an interval ending exactly on the
+-- hour belongs to the hour before). Every GPU-second is weighted by gpu_fraction, so a MIG slice counts as its
+-- share of a GPU. Where SM activity was not measured (sm_active NULL: sources `nvml` and
+-- `prometheus-dcgm-util`), duty_cycle stands in for it: an upper bound, counted in fallback_s, and its part of
+-- real_s kept apart (fallback_real_s) so the analyzer can state the lower bound too. Idle-held: a process holds
+-- the GPU while SM activity < 1 %.
+--
+-- De-duplication, per GPU and hour:
+--   1. Precedence between streams: agent GPM (nvml-gpm, simulated) > DCGM import (prometheus-dcgm) > duty
+--      cycle (nvml > prometheus-dcgm-util); ties: the first host name. Only the best stream present in the hour
+--      counts (pick = 1), so an import over agent data, or one GPU reported under two host names, never adds up.
+--   2. Within a stream, rows that overlap in time (a copied file, two agents writing the same GPU) cover more
+--      seconds than the hour they span: its sums are divided by
+--      overlap = Σ seconds inside the hour ÷ (last end − first start inside the hour)   (>= 1).
+--      Exact for copies; for two agents sampling out of phase it is off by at most one interval per hour.
+--   hour_observed_s (every stream of the GPU-hour) lets the rollup report what de-duplication removed.
+WITH raw AS (
+    SELECT
+        host, gpu_uuid, coalesce(mig_instance, -1) AS mig_instance, gpu_name, source,
+        CASE source
+            WHEN 'nvml-gpm' THEN 1 WHEN 'simulated' THEN 1
+            WHEN 'prometheus-dcgm' THEN 2
+            WHEN 'nvml' THEN 3
+            WHEN 'prometheus-dcgm-util' THEN 4
+            ELSE 5
+        END AS precedence,
+        floor((epoch(ts) - 0.001) / 3600) * 3600 AS hour_s,
+        epoch(ts) AS end_s,
+        interval_s,
+        gpu_fraction,
+        interval_s * gpu_fraction AS gpu_s,
+        CASE WHEN n_processes > 0 THEN interval_s * gpu_fraction ELSE 0 END AS held_s,
+        duty_cycle,
+        sm_active,
+        coalesce(sm_active, duty_cycle) AS sm,
+        coalesce(energy_j, power_w * interval_s) * gpu_fraction AS energy_j,
+        mem_used_bytes,
+        mem_total_bytes
+    FROM samples
+),
+streams AS (
+    SELECT
+        host, gpu_uuid, mig_instance, hour_s, source, gpu_name, precedence,
+        max(gpu_fraction) AS gpu_fraction,
+        count(*) AS samples,
+        -- seconds of each interval inside its hour, and where the earliest one starts inside the hour
+        sum(end_s - greatest(end_s - interval_s, hour_s)) AS covered_s,
+        min(greatest(end_s - interval_s, hour_s)) AS first_in_hour_s,
+        sum(gpu_s) AS observed_s,
+        sum(held_s) AS held_s,
+        sum(duty_cycle * gpu_s) AS busy_s,
+        sum(sm * gpu_s) AS real_s,
+        sum(sm * held_s) AS real_held_s,
+        sum(CASE WHEN sm_active IS NULL AND duty_cycle IS NOT NULL THEN gpu_s ELSE 0 END) AS fallback_s,
+        sum(CASE WHEN sm_active IS NULL AND duty_cycle IS NOT NULL THEN duty_cycle * gpu_s ELSE 0 END)
+            AS fallback_real_s,
+        sum(CASE WHEN sm < 0.01 THEN held_s ELSE 0 END) AS idle_held_s,
+        sum(CASE WHEN sm IS NULL THEN gpu_s ELSE 0 END) AS unmeasured_s,
+        sum(energy_j) AS energy_j,
+        sum(CASE WHEN energy_j IS NOT NULL THEN gpu_s ELSE 0 END) AS energy_s,
+        max(mem_used_bytes) AS max_mem_used_bytes,
+        max(mem_total_bytes) AS mem_total_bytes,
+        min(end_s - interval_s) AS first_s,
+        max(end_s) AS last_s,
+        max(interval_s) AS max_interval_s
+    FROM raw
+    -- gpu_name and precedence follow from the other keys; grouping by them is cheaper than aggregating them
+    GROUP BY host, gpu_uuid, mig_instance, hour_s, source, gpu_name, precedence
+)
+SELECT
+    *,
+    greatest(1.0, sum(covered_s) OVER stream
+        / greatest(max(last_s) OVER stream - min(first_in_hour_s) OVER stream, 0.001)) AS overlap,
+    sum(observed_s) OVER gpu_hour AS hour_observed_s,
+    dense_rank() OVER (PARTITION BY gpu_uuid, mig_instance, hour_s ORDER BY precedence, host, source) AS pick
+FROM streams
+WINDOW
+    stream AS (PARTITION BY gpu_uuid, mig_instance, hour_s, precedence, host, source),
+    gpu_hour AS (PARTITION BY gpu_uuid, mig_instance, hour_s)
