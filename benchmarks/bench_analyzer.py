@@ -214,7 +214,8 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
             figures.append(_fig(f"analysis only (no rendering), {label}", an["seconds"], "s", "floor",
                                 fl["seconds"], None, None, "gpuaudit analyze's work"))
             figures.append(_fig(f"stage 1 (SQL rollups), {label}", st["seconds"], "s", "floor", fl["seconds"],
-                                None, None, "de-duplicating scan of samples (streams per GPU-hour) + narrow demand scan + one of processes"))
+                                None, None, "de-duplicating scan of samples (streams per GPU-hour) + narrow demand scan"
+                                " + one of processes"))
         figures.append(_fig(f"peak RSS, gpuaudit report, {label}", rep["rss_mb"], "MB", "floor peak RSS",
                             fl["rss_mb"], "≤ 4096 MB", rep["rss_mb"] <= 4096, "whole child process"))
         if rows <= PANDAS_MAX_ROWS:
