@@ -99,7 +99,6 @@ class AnalysisConfig:
     confidence_level: float = _num(0.0, 1.0, above=True)
     sensitivity_fraction: float = _num(0.0, 0.99)
     growth_rates: tuple[float, ...] = _num(-0.99, 100.0)
-    hybrid_demand: str = _choice("held", "real")
     stopped_reporting_after_hours: float = _num(0.0, 1e6)
 
 
@@ -120,6 +119,12 @@ class Config:
         new = dataclasses.replace(getattr(self, section), **values)
         return dataclasses.replace(self, **{section: new})
 
+
+# Keys an older release read, with why they went: a clear error, not "unknown key".
+REMOVED = {
+    "analysis.hybrid_demand": "every plan is priced on held demand, what the cloud bills; packed (SM-weighted) "
+                              "demand is what the 'if behaviour changes' scenarios show",
+}
 
 SECTIONS: dict[str, type] = {
     "decision": DecisionConfig,
@@ -201,6 +206,9 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
                 raise GpuauditError(f"config error: {section} must be a table ([{section}]), got {_show(values)}")
             known = {f.name for f in dataclasses.fields(SECTIONS[section])}
             for key, value in values.items():
+                if f"{section}.{key}" in REMOVED:
+                    raise GpuauditError(f"config error: {section}.{key} in {label} was removed: "
+                                        f"{REMOVED[f'{section}.{key}']}; delete the line")
                 if key not in known:
                     raise GpuauditError(
                         f"config error: unknown key {section}.{key} in {label}; known: {', '.join(sorted(known))}"

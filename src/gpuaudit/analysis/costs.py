@@ -11,7 +11,7 @@ Cloud (per GPU-hour of demand; `cloud_bill`):
                 spot inflated by the work redone after interruptions)
     egress    = $/GB × GB/week × 52/12 per month;  managed services = once + per month
 On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the rest of E now, buy N − E:
-    hardware  = new GPUs × $/GPU (upfront) or ÷ (years × 12) per month (spread)
+    hardware  = new GPUs × $/GPU (upfront) or ÷ (years × 12) per month of its life (spread); bought once
     owned value kept = GPUs kept × today's resale value (what keeping them forgoes; selling costs nothing)
     residual  = −(value at the end of what is owned then)
     networking= a new build's fixed network + per new GPU, amortized like hardware (its own life)
@@ -50,6 +50,15 @@ class Timeline:
     def annuity(self) -> float:
         """Present value of $1 paid every month of the horizon (= months at a 0 % rate)."""
         return float(self.factors.sum()) if self.rate else float(self.months)
+
+    def annuity_for(self, months: float) -> float:
+        """Present value of $1 a month for the first `months` of the horizon (a fraction of a month counts in
+        part); the whole annuity when `months` reaches past the horizon."""
+        if months >= self.months:
+            return self.annuity
+        whole = int(months)
+        f = self.factors if self.rate else np.ones(self.months)
+        return float(f[:whole].sum() + (months - whole) * f[whole])
 
     @property
     def end(self) -> float:
@@ -195,12 +204,14 @@ def resale_value(cfg: Config, age_years: float) -> float:
 
 def _capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, timing: str
              ) -> tuple[np.ndarray, np.ndarray]:
-    """(capital charge, residual credit) of `cost` bought now. life 0 = expensed at once in full."""
+    """(capital charge, residual credit) of `cost` bought now. life 0 = expensed at once in full. Bought once
+    in both timings: spread pays instalments over the life only (a horizon past the life runs the hardware on
+    with nothing more to pay, as upfront does; no refresh is priced)."""
     zero = np.zeros_like(cost)
     if life_years <= 0:
         return cost, zero
     if timing == "spread":
-        return cost / (life_years * 12.0) * tl.annuity, zero
+        return cost / (life_years * 12.0) * tl.annuity_for(life_years * 12.0), zero
     left = max(0.0, 1.0 - tl.months / 12.0 / life_years)
     return cost, -cost * (salvage + (1.0 - salvage) * left) * tl.end
 
@@ -265,11 +276,12 @@ def owned_fixed(cfg: Config, tl: Timeline, existing: int = 0) -> float:
 
 def owned_marginal_per_hour(cfg: Config, tl: Timeline, watts: float, *, keep: bool = False,
                             existing_age_years: float = 0.0) -> float:
-    """What one more owned GPU costs per wall-clock hour of the horizon, fixed costs left out: a new GPU, or
-    (`keep`) one already owned (its resale value forgone). Per node costs (staff, space) are spread over the
-    node's GPUs."""
+    """What one more owned GPU costs per hour of the horizon, fixed costs left out: a new GPU, or (`keep`) one
+    already owned (its resale value forgone). Levelized: the constant $/h whose present value over the horizon
+    equals the present value of owning it (PV ÷ PV of one hour every month), so it compares with a cloud list
+    price. Per node costs (staff, space) are spread over the node's GPUs."""
     g = cfg.on_prem.gpus_per_node
-    hours = tl.months * HOURS_PER_MONTH
+    hours = tl.annuity * HOURS_PER_MONTH
     if not hours:
         return 0.0
     if keep:

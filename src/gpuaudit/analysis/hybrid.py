@@ -108,9 +108,9 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     n_owning = int(np.argmin(total[1:]) + 1) if candidates.size > 1 else 0
 
     hours = tl.months * costs.HOURS_PER_MONTH
-    # Both sides per hour of the horizon in present value: the owned marginal is PV ÷ hours, so the cloud's
-    # hourly price is discounted the same way.
-    cloud_rate = prices.flexible * tl.annuity / tl.months if tl.months else 0.0
+    # Both sides in the same unit: the cloud's list $/GPU-h and the owned cost levelized to a constant $/h whose
+    # present value over the horizon equals the owned cost's (PV ÷ PV of one hour a month).
+    cloud_rate = prices.flexible
     own_new = costs.owned_marginal_per_hour(cfg, tl, watts)
     own_keep = costs.owned_marginal_per_hour(cfg, tl, watts, keep=True, existing_age_years=existing_age_years)
     levels = np.arange(1, candidates.size, dtype=float)
@@ -118,7 +118,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     fractile = critical_fractile_n(d, cloud_rate, own_rate)
     u = cloud_rate / own_new if own_new > 0 else math.inf
     fixed = costs.owned_fixed(cfg, tl, existing)
-    saving = (cloud_rate - (own_keep if existing > 0 else own_new)) * hours
+    saving = (cloud_rate - (own_keep if existing > 0 else own_new)) * tl.annuity * costs.HOURS_PER_MONTH
     hurdle = fixed / saving if saving > 0 else None
     o = cfg.on_prem
     per_node = o.staff_usd_per_node_per_month > 0 or o.space_usd_per_node_per_month > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from pathlib import Path
@@ -113,13 +114,13 @@ def analyze_rollups(
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
 
-    basis = cfg.analysis.hybrid_demand
+    basis = "held"  # what the cloud bills: every plan is priced on it
     measured = Measured(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
         held=demand["gpus_held"].to_numpy().astype(float), in_use=demand["gpus_in_use"].to_numpy().astype(float),
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
-        measured_w=t.average_power_w, current=current, data_residency=data_residency, hybrid_demand=basis,
+        measured_w=t.average_power_w, current=current, data_residency=data_residency,
     )
     block = cost_block(cfg, measured)
 
@@ -135,7 +136,8 @@ def analyze_rollups(
     days = daily(roll.gpu_hours)
     a = cfg.analysis
     sample = _cost_sample(cfg, measured, block, days, a.bootstrap_resamples, a.bootstrap_seed)
-    conf = bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level, sample)
+    conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
+                                         sample), real_is_upper_bound=use.real_is_upper_bound)
     tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
     sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
                        growth=growth_table(cfg, measured, a.growth_rates))
@@ -143,7 +145,7 @@ def analyze_rollups(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
         sensitivity_flips=tuple(r["parameter"] for r in tornado_table.rows if r["changes_cheapest"]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
-        upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months,
+        upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
@@ -215,9 +217,11 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
             "reservations idle, or more flexible hours)."),
         owned_usd_per_gpu_hour=Figure(
             block.owned_marginal, "USD/GPU-h",
-            "(PV of owning one node of GPUs − fixed costs) ÷ GPUs per node ÷ horizon hours", "config + measured power",
-            "What one more new owned GPU costs per wall-clock hour: hardware net of resale, power, maintenance, its "
-            "share of per-node staff and space (base staff and the fixed network excluded)."),
+            "(PV of owning one node of GPUs − fixed costs) ÷ GPUs per node ÷ (730 h × PV of $1 a month over the "
+            "horizon)", "config + measured power",
+            "What one more new owned GPU costs per hour, levelized (the constant $/h with the same present value, "
+            "comparable with a cloud list price): hardware net of resale, power, maintenance, its share of per-node "
+            "staff and space (base staff and the fixed network excluded)."),
         power_w_per_gpu=Figure(block.watts, "W", "average Σ energy_j ÷ Σ seconds" if block.power_source == "measured"
                                else "on_prem.fallback_watts_per_gpu",
                                "gpu_samples" if block.power_source == "measured" else "config",
@@ -244,6 +248,15 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
     )
 
 
+def _model_caveats(cfg: Config) -> tuple[str, ...]:
+    """What the cost model leaves out for these settings."""
+    months, life = cfg.analysis.horizon_months, cfg.on_prem.amortization_years
+    if months <= life * 12 + 1e-9:
+        return ()
+    return (f"the {months}-month horizon outlasts the hardware's {life:g}-year amortization life: GPUs run on past "
+            "it and no refresh is priced (match the horizon to your refresh plan, or lengthen the life)",)
+
+
 def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
     b = block.break_even
     u = b.held
@@ -253,8 +266,9 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
     real = finite * efficiency if finite is not None and efficiency is not None and not never else None
     held = Figure(
         finite, "fraction",
-        "held-hour utilization at which all-cloud (measured demand shape × k) = owning the reference; bisection on k",
-        f"cost model × fleet-scaled demand; reference: {b.own_reference}",
+        "u* = measured held-hour utilization × (owning the fleet − renting's fixed part) ÷ renting's compute bill "
+        "(renting k × today's held demand costs fixed + k × compute)",
+        f"cost model × fleet-scaled demand; owning: {b.own_reference}",
         "Share of the fleet's hours held by jobs at which renting costs the same as owning: the cloud bills held "
         "hours, so this is what to compare with the measured held-hour utilization.")
     return BreakEven(
@@ -264,6 +278,7 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
                                "The real utilization the break-even corresponds to at today's efficiency while held.",
                                upper_bound=upper),
         measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
+        rent_fixed_usd=b.rent_fixed_usd, rent_variable_usd=b.rent_variable_usd,
     )
 
 
@@ -298,7 +313,7 @@ def _hybrid(block: CostBlock, bucket_s: float, basis: str) -> HybridSizing:
         demand_basis=basis, bucket_s=bucket_s, curve=curve, n_owning=sz.n_owning, tolerance=sz.tolerance,
         fixed_cost_usd=sz.fixed_usd,
         hurdle_gpus=Figure(sz.hurdle_gpus, "GPUs", "fixed costs of owning ÷ ((flexible cloud − owned marginal) "
-                           "$/GPU-h × horizon hours)", "cost model",
+                           "$/GPU-h × 730 h × PV of $1 a month over the horizon)", "cost model",
                            "Owning pays only above about this many GPUs busy around the clock (None: never)."),
     )
 

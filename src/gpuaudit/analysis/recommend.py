@@ -73,6 +73,7 @@ class Evidence:
     real_high: float
     upper_bound: bool
     horizon_months: int
+    model_caveats: Sequence[str] = ()  # what the cost model leaves out for these settings
 
 
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
@@ -84,17 +85,21 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     tree = [b.value for b in possible]
     determined = len(tree) == 1
     residency = fired.id == "data-residency"
-    agrees = residency or (determined and cost_branch == fired.branch.value)
-    recommendation = Branch.ON_PREM.value if residency else cost_branch
 
     stay = by_id.get("stay-as-is")
     saving = float((stay.total.value or 0.0) - (best.total.value or 0.0)) if stay else 0.0
     tree_pool = [s for s in scenarios if s.allowed and not s.what_if and _carries(s, current) in tree]
     tree_best = min(tree_pool, key=lambda s: s.total.value or 0.0) if tree_pool else best
     versus_tree = float((tree_best.total.value or 0.0) - (best.total.value or 0.0))
+    # The rule's own plan costing the same as the cheapest (a hybrid whose best split owns the whole peak is
+    # staying on-prem) is agreement, not a "$0 cheaper" disagreement.
+    tie = determined and tree_pool != [] and versus_tree <= max(1.0, 1e-9 * abs(best.total.value or 0.0))
+    agrees = residency or (determined and (cost_branch == fired.branch.value or tie))
+    recommendation = Branch.ON_PREM.value if residency else cost_branch
     months = ev.horizon_months
 
     caveats = [rule.caveat] if rule.caveat else []
+    caveats.extend(ev.model_caveats)
     if trial.provisional:
         caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
     if ev.upper_bound:
@@ -102,7 +107,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
 
     headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months, residency,
-                         agrees)
+                         agrees, tie and cost_branch != fired.branch.value)
     level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired)
     return Decision(
         branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=trial.provisional,
@@ -121,7 +126,7 @@ def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
 
 def _headline(fired: RuleFired, inputs: DecisionInputs, best: Scenario, stay: Scenario | None, tree: list[str],
               tree_best: Scenario, saving: float, versus_tree: float, ev: Evidence, months: int,
-              residency: bool, agrees: bool) -> str:
+              residency: bool, agrees: bool, same_cost: bool = False) -> str:
     util = _utilization_text(inputs, ev)
     at_prices = f"at your prices {best.label.lower()}"
     if stay is not None and best.id != "stay-as-is":
@@ -136,6 +141,14 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: Scenario, stay: Sc
         allowed = " or ".join(_BRANCH_WORDS[b] for b in tree)
         return (f"{util[0].upper()}{util[1:]}: the utilization rule allows {allowed}; {costs}. Measure SM activity "
                 "(DCGM profiling metrics or NVML GPM) to settle the rule.")
+    if same_cost:  # the rule's plan is the cheapest, but it turns out to be another branch
+        plan = (f"the best {tree_best.label.lower()} plan rents nothing and owns the whole peak "
+                f"({tree_best.owned_gpus:,} GPUs)" if tree_best.owned_gpus and tree_best.cloud_gpu_hours <= 1e-9
+                else f"the rule's best plan ({tree_best.label.lower()}) comes out as "
+                     f"{_BRANCH_WORDS[scenario_branch(tree_best, inputs.current)]}")
+        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {ADVICE.get(fired.id, fired.branch.value)}; "
+                f"at your prices {plan}: the same as {best.label.lower()}, {_usd(best.total.value or 0.0)} over "
+                f"{months} months.")
     if agrees:
         return f"{util[0].upper()}{util[1:]}: {ADVICE.get(fired.id, fired.branch.value)}; {costs}."
     return (f"The utilization rule says {ADVICE.get(fired.id, fired.branch.value)} ({util}), but {at_prices} is "
@@ -154,6 +167,9 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
         reasons.append(why)
 
     c = ev.confidence
+    if not c.resamples:
+        cap(1, "no day-resamples were drawn (analysis.bootstrap_resamples = 0): how much the answer moves with "
+               "the days observed was not measured")
     if not residency:
         if not determined:
             cap(0, f"real utilization is only bounded ({ev.real_low:.1%}–{ev.real_high:.1%}): the rule could say "

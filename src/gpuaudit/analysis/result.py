@@ -329,14 +329,16 @@ class BreakEven:
 
     real_utilization: kept for continuity, now the break-even HELD-hour utilization u*: the share of the
       fleet's hours held by jobs (demand shaped as measured, scaled up or down) at which renting costs the same
-      as owning the reference (`own_reference`: stay-as-is when GPUs are owned, else buying the fleet).
+      as owning the whole fleet (`own_reference`: "stay-as-is" when every fleet GPU is owned, "buy-the-fleet"
+      when none is, "keep-and-complete-the-fleet" in between). Renting k × today's held demand costs
+      rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute bill).
     held_utilization: the same u* (preferred name). real_equivalent: u* × measured efficiency while held (S/R):
       the real utilization that corresponds at today's efficiency.
     never: True when renting is cheaper even with every GPU held all the time (u* > 1).
     measured_held: the trial's held-hour utilization, fleet-scaled (the figure compared with u*);
       measured_real / measured_runtime: S/W and R/W.
     verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_held < u* ⇔
-      "cloud"). own_usd / cloud_usd: the two totals compared.
+      "cloud"); always "on-prem" under data residency. own_usd / cloud_usd: the two totals compared.
     """
 
     real_utilization: Figure
@@ -350,6 +352,8 @@ class BreakEven:
     own_reference: str
     own_usd: float
     cloud_usd: float
+    rent_fixed_usd: float = 0.0
+    rent_variable_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -426,6 +430,7 @@ class Confidence:
     cost_difference_usd: Interval  # all-cloud − cheapest owning scenario
     cheapest_shares: dict[str, float]  # share of resamples in which each scenario is the cheapest allowed
     cheapest_flip_share: float  # share of resamples in which another scenario is the cheapest
+    real_is_upper_bound: bool = False  # real_utilization's interval is of an upper bound (duty cycle stood in)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,6 @@ class Measured:
     measured_w: float | None
     current: Deployment
     data_residency: bool = False
-    hybrid_demand: str = "held"
 
 
 @dataclass(frozen=True)
@@ -116,6 +115,8 @@ class BreakEvenCalc:
     own_usd: float
     cloud_usd: float
     verdict: str  # "cloud" or "on-prem": the cheaper of all-cloud and the reference
+    rent_fixed_usd: float = 0.0  # renting's part that does not scale with demand (sell owned GPUs, egress…)
+    rent_variable_usd: float = 0.0  # renting's compute bill at today's demand (k = 1)
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,16 @@ def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, ow
 
 def _cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
               ) -> tuple[dict[str, float], float, float]:
-    """(bill, reservation K, mean GPUs billed) for renting `series` with the configured mix."""
+    """(bill, reservation K, mean GPUs billed) for renting `series` with the configured mix. With whole-instance
+    billing the reservation covering the configured share may overshoot it by most of an instance (one 8-GPU
+    instance reserved 24/7 for a job that runs a fifth of the time): one instance fewer is taken when cheaper."""
     billed = costs.billable(series, prices.unit)
     k = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
-    flex = float(np.maximum(billed - k, 0.0).mean()) if billed.size else 0.0
-    return costs.cloud_bill(cfg, tl, k, flex), k, float(billed.mean()) if billed.size else 0.0
+    options = [k, k - prices.unit] if prices.unit > 1 and k >= prices.unit else [k]
+    bills = [costs.cloud_bill(cfg, tl, kk, float(np.maximum(billed - kk, 0.0).mean()) if billed.size else 0.0)
+             for kk in options]
+    i = min(range(len(options)), key=lambda j: bills[j]["cloud_reserved"] + bills[j]["cloud_flexible"])
+    return bills[i], options[i], float(billed.mean()) if billed.size else 0.0
 
 
 def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool = True) -> CostBlock:
@@ -183,7 +189,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     watts, power_source = costs.power_watts(cfg, m.measured_w)
     ok = m.reporting > 1e-9
     held = to_fleet(m.held, m.reporting, fl.capacity) * f
-    basis = to_fleet(m.in_use if m.hybrid_demand == "real" else m.held, m.reporting, fl.capacity) * f
+    basis = held  # every plan, owning or renting, serves the demand the cloud bills
     day = m.day[ok]
 
     def own(n: float) -> dict[str, float]:
@@ -204,12 +210,14 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
             "owned cost(GPUs owned today) + flexible cloud cost(demand above them)", tl))
         stay_k = 0.0
     else:
-        running = m.reporting[ok] * f
+        # The instances that ran, scaled to the fleet like the demand they carry: a GPU that did not report is
+        # taken to run like those that did (so held demand never exceeds what is rented).
+        running = to_fleet(m.reporting, m.reporting, fl.capacity) * f
         bill, stay_k, mean_billed = _cloud_of(cfg, tl, running, prices)
         out.append(_scenario(
             "stay-as-is", "Stay as is (cloud)",
-            "Keep renting the instances for all the time they ran (GPUs reporting), with the configured mix.",
-            mean_billed, 0, bill, "cloud cost(GPUs running)", tl))
+            "Keep renting the fleet's instances for all the time they ran (GPUs reporting, scaled to the fleet), "
+            "with the configured mix.", mean_billed, 0, bill, "cloud cost(GPUs running, fleet-scaled)", tl))
     # all cloud
     bill, k_all, mean_billed = _cloud_of(cfg, tl, held, prices)
     all_cloud = {**own(0), **bill}
@@ -267,43 +275,28 @@ def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
 
 def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
                 prices: costs.CloudPrices, watts: float, all_cloud_usd: float) -> BreakEvenCalc:
-    """The held-hour utilization u* at which renting the fleet's held hours (demand shaped as measured,
-    scaled up or down) costs the same as owning: today's GPUs when some are owned, else buying the fleet."""
-    n_ref = fl.existing if fl.existing > 0 else fl.gpus
-    ref = "stay-as-is" if fl.existing > 0 else "buy-the-fleet"
+    """The held-hour utilization u* at which renting k × today's held demand (its bill scaled by k) costs the
+    same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
+
+    Renting is linear in k: the fixed part (egress, managed services, selling the owned GPUs) plus k × the
+    compute bill. Scaling the bill, not the demand, keeps instance billing from turning u* into the point where
+    one more instance-hour tips the sum."""
+    n_ref = max(fl.existing, fl.gpus)
+    ref = "stay-as-is" if fl.existing >= fl.gpus else ("buy-the-fleet" if fl.existing == 0 else
+                                                       "keep-and-complete-the-fleet")
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
-    verdict = "cloud" if all_cloud_usd < own_ref else "on-prem"
-
-    def rent(k: float) -> float:
-        if k <= 0:
-            return own_zero
-        billed = costs.billable(held * k, prices.unit)
-        kk = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
-        flex = float(np.maximum(billed - kk, 0.0).mean())
-        return own_zero + sum(costs.cloud_bill(cfg, tl, kk, flex).values())
-
-    if measured <= 0 or rent(1.0) <= rent(1e-9) + 1e-9:
-        return BreakEvenCalc(None, measured, ref, own_ref, all_cloud_usd, verdict)
-    if prices.unit <= 1:
-        # Billed per GPU-hour, renting k × the demand costs the fixed part plus k × the variable part (the
-        # reservation and the flexible hours both scale with k): solve it directly.
-        fixed = rent(1e-9)
-        variable = rent(1.0) - fixed
-        k = (own_ref - fixed) / variable
-        return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict)
-    # renting grows with demand; find where it meets owning (k in multiples of today's demand)
-    lo, hi = 0.0, 1.0
-    while rent(hi) < own_ref and hi < 1e6:
-        hi *= 2.0
-    if rent(hi) < own_ref:
-        return BreakEvenCalc(math.inf, measured, ref, own_ref, all_cloud_usd, verdict)
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if rent(mid) < own_ref else (lo, mid)
-    return BreakEvenCalc(hi * measured, measured, ref, own_ref, all_cloud_usd, verdict)
+    # data residency forbids renting: owning is the only answer, whatever u* says
+    verdict = "cloud" if all_cloud_usd < own_ref and not m.data_residency else "on-prem"
+    bill = _cloud_of(cfg, tl, held, prices)[0]
+    variable = bill["cloud_reserved"] + bill["cloud_flexible"]
+    fixed = own_zero + _sum(costs.cloud_fixed(cfg, tl))
+    if measured <= 0 or variable <= 1e-9:
+        return BreakEvenCalc(None, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
+    k = (own_ref - fixed) / variable
+    return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
 
 
 def total_of(block: CostBlock, sid: str) -> float:
@@ -327,6 +320,11 @@ def _moved(cfg: Config, section: str, key: str, value: float, lo: float, hi: flo
     return cfg.replace(section, **{key: value}), value
 
 
+def _within(u: float | None) -> float | None:
+    """A break-even above 100 % held is "never" (renting wins even fully held), as everywhere else."""
+    return None if u is None or u > 1.0 else u
+
+
 def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
@@ -346,7 +344,7 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
             "base_diff_usd": base_diff, "low_diff_usd": lo_diff, "high_diff_usd": hi_diff,
             "swing_usd": abs(hi_diff - lo_diff),
             "cheapest_low": lb.cheapest, "cheapest_high": hb.cheapest,
-            "break_even_low": lb.break_even.held, "break_even_high": hb.break_even.held,
+            "break_even_low": _within(lb.break_even.held), "break_even_high": _within(hb.break_even.held),
             "changes_cheapest": lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
         })
     rows.sort(key=lambda r: (-r["swing_usd"], r["parameter"]))
@@ -362,8 +360,8 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         Column("swing_usd", "USD", "|high − low|"),
         Column("cheapest_low", "", "cheapest allowed scenario, this input low"),
         Column("cheapest_high", "", "cheapest allowed scenario, this input high"),
-        Column("break_even_low", "fraction", "break-even held-hour utilization, this input low"),
-        Column("break_even_high", "fraction", "break-even held-hour utilization, this input high"),
+        Column("break_even_low", "fraction", "break-even held-hour utilization, this input low (empty: never)"),
+        Column("break_even_high", "fraction", "break-even held-hour utilization, this input high (empty: never)"),
         Column("changes_cheapest", "", "the cheapest scenario changes at either end"),
     )
     return Table("tornado", f"Each input ±{pct} on its own (positive difference: owning is cheaper); inputs "
@@ -413,17 +411,17 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     resampled: `idx` (resamples × n) indexes `days` (the distinct UTC days). Everything a plan pays per
     bucket is summed per day, so a resample is a sum of day totals."""
     tl, prices, plan = block.timeline, block.prices, block.plan
-    held, basis = block.held, block.sizing_series
+    held = block.held
     fl = block.fleet
     unit = prices.unit
     per_bucket = {
         "all-cloud": np.maximum(costs.billable(held, unit) - plan.reserved_gpus, 0.0),
-        "hybrid": costs.billable(basis - plan.n_hybrid, unit),
+        "hybrid": costs.billable(held - plan.n_hybrid, unit),
     }
     if m.current is Deployment.ON_PREM:
-        per_bucket["stay-as-is"] = costs.billable(basis - plan.existing, unit)
+        per_bucket["stay-as-is"] = costs.billable(held - plan.existing, unit)
     else:
-        running = m.reporting[m.reporting > 1e-9]
+        running = to_fleet(m.reporting, m.reporting, fl.capacity)
         per_bucket["stay-as-is"] = np.maximum(costs.billable(running, unit) - plan.stay_reserved_gpus, 0.0)
     pos = np.searchsorted(days, block.day)
     counts = np.bincount(pos, minlength=len(days)).astype(float)

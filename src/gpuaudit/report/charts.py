@@ -285,7 +285,7 @@ def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int
 
 
 def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], base: float, unit: str,
-            title: str) -> str:
+            title: str, fraction: float = 0.3) -> str:
     """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
     n = max(len(labels), 1)
     fig, ctx = _figure(0.9 + 0.3 * n, "tornado")
@@ -308,7 +308,8 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
     ax.set_axisbelow(True)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=ONPREM, label="input −30 %"), Patch(color=CLOUD, label="input +30 %")],
+    ax.legend(handles=[Patch(color=ONPREM, label=f"input −{fraction:.0%}"), Patch(color=CLOUD,
+                                                                                label=f"input +{fraction:.0%}")],
               frameon=False, loc="lower right", fontsize=8)
     ax.set_title(title)
     return _svg(fig, ctx, title)

@@ -177,11 +177,15 @@ def _verdict(r: Any) -> Verdict:
         rule += ". Caveats: " + "; ".join(caveats)
     c = r.confidence
     conf = d.confidence
-    confidence = (
-        f"{conf.level} — real utilization {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
-        f"({c.level:.0%} interval); the rule's branch changes in {c.flip_share:.0%} and the cheapest scenario in "
-        f"{c.cheapest_flip_share:.0%} of {c.resamples:,} resamples of the {c.days} observed days"
-    )
+    what = "the upper bound of real utilization" if c.real_is_upper_bound else "real utilization"
+    if c.resamples:
+        confidence = (
+            f"{conf.level} — {what} {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
+            f"({c.level:.0%} interval); the rule's branch changes in {c.flip_share:.0%} and the cheapest scenario in "
+            f"{c.cheapest_flip_share:.0%} of {c.resamples:,} resamples of the {c.days} observed days"
+        )
+    else:
+        confidence = f"{conf.level} — {what} {fmt.pct(c.real_utilization.point)}; no day-resamples, no interval"
     if conf.reasons:
         confidence += ". Not higher because: " + "; ".join(conf.reasons)
     u = r.utilization
@@ -464,8 +468,11 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
         years = c.horizon_months / 12
         own_per_gpu_year = be.own_usd / c.fleet_gpus / years
         grid = [i / 100 for i in range(0, 101, 2)]
-        # Renting grows with the held hours; owning costs the same at any utilization and meets renting at u*.
-        cloud = [own_per_gpu_year * x / u_star if u_star > 0 else 0.0 for x in grid]
+        # Renting k × today's held demand costs fixed + k × compute; owning the fleet costs the same at any
+        # utilization and meets renting at u*.
+        per = c.fleet_gpus * years
+        cloud = [(be.rent_fixed_usd + be.rent_variable_usd * x / be.measured_held) / per if be.measured_held > 0
+                 else be.rent_fixed_usd / per for x in grid]
         owned = [own_per_gpu_year] * len(grid)
         step("chart: break-even")
         charts_.append(Chart("break-even", "Break-even curve",
@@ -474,7 +481,8 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
                                                      "held-hour utilization"),
                              caption=f"Owning ({be.own_reference}): {fmt.money(be.own_usd)} over "
                                      f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
-                                     "proportional to the held hours, equal to owning at u* "
+                                     f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
+                                     "compute at today's held hours, in proportion to them; equal to owning at u* "
                                      f"({be.held_utilization.formula})."))
     n_col = _col(h.curve, "n", "owned_gpus", "n_owned")
     cost_col = _col(h.curve, "total_usd", "total", "cost_usd")
@@ -564,8 +572,9 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
     lead = (f"The measured demand, scaled to the {c.fleet_gpus:,}-GPU fleet and priced over {months} months "
             f"(present value at {rate}): the cheapest allowed way to run it is "
             f"{best.label if best else c.cheapest} ({fmt.money(best.total.value if best else None)}). All-cloud "
-            f"minus the cheapest owning scenario: {fmt.money(ci.point)} ({r.confidence.level:.0%} interval "
-            f"{fmt.money(ci.low)} to {fmt.money(ci.high)} over day-resamples).")
+            f"minus the cheapest owning scenario: {fmt.money(ci.point)} "
+            + (f"({r.confidence.level:.0%} interval {fmt.money(ci.low)} to {fmt.money(ci.high)} over day-resamples)."
+               if r.confidence.resamples else "(no day-resamples were drawn: no interval)."))
     notes = []
     if not r.decision.agrees_with_costs:
         notes.append("The decision tree (utilization thresholds) and the cheapest scenario of the cost model "
@@ -593,13 +602,14 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
             charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
                            [float(x.get(high) or 0) for x in t.rows], base_value,
                            "all-cloud minus cheapest owning scenario, USD",
-                           f"What moves the answer: each input ±{s.fraction:.0%}"),
+                           f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
             caption=f"All-cloud minus the cheapest owning scenario over the horizon with one input at "
                     f"−{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the configured "
                     "inputs. Above $0 owning is cheaper, below it renting is."))
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
-    tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even",
+    tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even held-hour "
+                           "utilization (— = never: renting is cheaper even with every GPU held)",
                            columns=(name or "parameter", "low_value", "base_value", "high_value", "cheapest_low",
                                     "cheapest_high", "break_even_low", "break_even_high"))
     growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
