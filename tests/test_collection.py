@@ -155,7 +155,7 @@ def test_push_is_idempotent_by_file_name(node: Node, tmp_path: Path) -> None:
     assert first.sent == len(node.files()) == 8
     stamps = {p: p.stat().st_mtime_ns for p in central.rglob("*.parquet")}
     again = push.push(node.root, central)
-    assert (again.sent, again.confirmed, again.found) == (0, 8, 0)  # the manifest: no remote call at all
+    assert (again.sent, again.confirmed, again.found) == (0, 8, 0)  # the manifest, checked by listing: nothing read
     shutil.rmtree(node.root / push.STATE_DIR)  # manifest lost: checked on the target, still nothing re-sent
     lost = push.push(node.root, central)
     assert (lost.sent, lost.found) == (0, 8)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from datetime import timedelta
@@ -218,6 +219,48 @@ def test_overlap_after_compaction_keeps_other_sources(prom: tuple[PromServer, li
     assert df.select("gpu_uuid", "mig_instance", "ts").is_unique().all()
     assert df.filter(pl.col("source") == schema.SOURCE_NVML_GPM).height == 1
     assert df.filter(pl.col("gpu_uuid") == UUID_A0).height == 288 + 72
+
+
+def test_reimport_then_push_never_counts_a_row_twice_on_the_target(prom: tuple[PromServer, list[Gpu]],
+                                                                  tmp_path: Path) -> None:
+    """A re-import replaces the importer's file with one under a new name: it leaves a compaction record, so
+    push removes the replaced file from the target (and the target's readers hide it until then)."""
+    from gpuaudit import push
+
+    server, _ = prom
+    root, central = tmp_path / "d", tmp_path / "central"
+    _import(server, root, START, START + timedelta(days=1, hours=12), 300)
+    push.push(root, central)
+    first_push = {p.relative_to(central): p.read_bytes() for p in central.rglob("*.parquet")}
+    _import(server, root, START + timedelta(days=1), START + timedelta(days=2), 300)
+    records = [json.loads(p.read_text()) for p in root.rglob(f"{store.JOURNAL_PREFIX}*.json")]
+    assert records and all(r["new"].startswith("prometheus-") and r["old"] for r in records)
+    stats = push.push(root, central)
+    assert stats.pruned > 0
+    day2 = "SELECT count(*) FROM samples WHERE date = DATE '2026-01-06'"
+    with store.open_dataset(root) as node, store.open_dataset(central) as target:
+        assert node.fetchall(day2) == target.fetchall(day2) == [(6 * 288,)]
+    assert _content(central).equals(_content(root)) and _processes(central).equals(_processes(root))
+    for rel, content in first_push.items():  # as if the prune had not happened: the record still hides them
+        (central / rel).write_bytes(content)
+    assert _content(central).equals(_content(root))
+
+
+def test_reimport_that_replaces_every_process_row_leaves_a_record_too(prom: tuple[PromServer, list[Gpu]],
+                                                                     tmp_path: Path) -> None:
+    """No process row left in a partition: an empty importer file stands in, so the record has a merged file
+    and the target drops the replaced rows as well."""
+    from gpuaudit import push
+
+    server, _ = prom
+    root, central = tmp_path / "d", tmp_path / "central"
+    _import(server, root, START, START + timedelta(days=1), 300)
+    push.push(root, central)
+    assert _processes(central).height > 0
+    _import(server, root, START, START + timedelta(days=1), 300, labels=["k8s_pod=none", "job_id=none"])
+    push.push(root, central)
+    assert _processes(root).height == _processes(central).height == 0
+    assert _content(central).equals(_content(root))
 
 
 def test_metric_label_and_selector_overrides(prom: tuple[PromServer, list[Gpu]], tmp_path: Path) -> None:

@@ -6,31 +6,45 @@ Contract:
   (`.compact-*.json`); never `.staging/`, sidecars or status files. The remote path mirrors the local one.
 - Idempotent by file name: a file the target already holds with the same size and checksum (S3 ETag, or the
   file's MD5 on a directory target) is not sent again. What was confirmed is appended to a small manifest
-  (`<data>/.push/<target id>/manifest.jsonl`: name, size, mtime, MD5), so a re-run sends nothing and makes
-  no remote call for files already confirmed, and an interrupted run resumes where it stopped. A file that
-  changed locally since (same name rewritten: the agent retrying a half-written flush, an importer
-  re-importing) is sent again and replaces the remote copy.
+  (`<data>/.push/<target id>/manifest.jsonl`: name, size, mtime, MD5), so a re-run neither reads nor sends
+  a file already confirmed, and an interrupted run resumes where it stopped. The manifest is never trusted
+  alone: each run lists what the target holds (S3: one recursive listing per table and host, from the node's
+  oldest partition on; a directory: each partition pushed), and a confirmed file the target lost (a wiped or
+  recreated target, a deleted object, a copy of another size) is sent again. A file that changed locally
+  since (same name rewritten: the agent retrying a half-written flush) is sent again and replaces the remote
+  copy.
 - Atomic on the target: S3 gets one PUT per file (atomic); a directory target gets a temporary dot-file,
   fsync, rename. Every write is read back (size, checksum) before it counts as confirmed.
 - Local files are never deleted before their remote copy is confirmed; deleting them afterwards is opt-in
-  (`delete_after_upload`).
+  (`delete_after_upload`), and each deletion first checks the target itself at that moment (a stat: same size;
+  an S3 HEAD: same size and ETag; or the read-back of the PUT just made), never this run's listing or the
+  manifest.
 - Node-side compaction never makes the target count a row twice: within a partition the compaction records
   go first, then the data files. The target's readers hide the files a record supersedes once its merged
   file is there (store.superseded, the rule that already covers a crash mid-compaction), and push then
   deletes those superseded remote files ("pruning"), so the target converges to what the node holds.
 - Bounded retries: each remote operation is tried `retries + 1` times with exponential backoff; then the
   run stops with one line saying how far it got (a re-run resumes).
-- One push per (data, target) at a time: a lock file in the state directory.
+- One push per (data, target) at a time: a lock file in the state directory. A second one is skipped
+  (PushBusy: `gpuaudit push` says so and exits 0, as cron and the agent's uploader may overlap), or waits a
+  bounded time for it (`wait_s`: the uploader's last push when the agent stops).
+- The state directory belongs to the dataset's owner: a push run as root gives what it creates there to the
+  owner of the data directory, so that the agent's uploader (its user) can go on using it.
+- A directory target's temporary files that a killed push left (`.<name>.<8 hex>.tmp`) are removed from the
+  partitions a later push lists, once older than an hour (a younger one may be another push's, mid-write).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import grp
 import hashlib
 import json
 import logging
 import os
+import pwd
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,20 +62,27 @@ RETRIES = 3
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
 FOLLOW_BACKOFF_MAX_S = 300.0
+LOCK_POLL_S = 0.5
+FINAL_LOCK_WAIT_S = 15.0  # the uploader's last push waits this long for an overlapping one (the agent waits 20 s)
+STALE_TMP_S = 3600.0  # a directory target's temporary file this old is a killed push's, never one mid-write
+_TMP_RE = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # DirTarget.put's temporary names
 
 
 @dataclass
 class PushStats:
     sent: int = 0            # files written to the target
     sent_bytes: int = 0
-    confirmed: int = 0       # already confirmed by an earlier run (manifest): nothing sent, no remote call
+    confirmed: int = 0       # confirmed by an earlier run (manifest) and still listed on the target: not sent
     found: int = 0           # already on the target, identical (e.g. the manifest was lost): recorded, not sent
+    resent: int = 0          # of `sent`: confirmed earlier, but the target no longer held them (wiped, deleted)
     pruned: int = 0          # superseded remote files removed after their merged file was confirmed
     deleted_local: int = 0   # local files removed after confirmation (delete_after_upload)
 
     def summary(self, url: str) -> str:
         parts = [f"pushed {self.sent} file(s), {self.sent_bytes:,} bytes, to {url}",
                  f"{self.confirmed + self.found} already there"]
+        if self.resent:
+            parts.append(f"{self.resent} re-sent: the target no longer held them")
         if self.pruned:
             parts.append(f"{self.pruned} superseded remote file(s) removed")
         if self.deleted_local:
@@ -73,24 +94,39 @@ class _Mismatch(Exception):
     """The target does not hold what was just written (retried)."""
 
 
+class PushBusy(GpuauditError):
+    """Another push of the same dataset to the same target holds the lock."""
+
+
 class Target(Protocol):
+    """Where push writes. `holds`, `same` and `names` answer from what the target listed during this run
+    (listed again after each `prepare`); `confirm` asks the target itself, now."""
+
     url: str
 
     def prepare(self) -> None: ...
+    def holds(self, rel: str, size: int, md5: str) -> bool: ...
     def same(self, rel: str, size: int, md5: str) -> bool: ...
     def put(self, rel: str, data: bytes, md5: str) -> None: ...
     def names(self, prefix: str) -> set[str]: ...
+    def confirm(self, rel: str, size: int, md5: str) -> bool: ...
     def delete(self, rel: str) -> bool: ...
 
 
 class DirTarget:
-    """A directory (a shared filesystem): temporary dot-file, fsync, rename, fsync of the directory."""
+    """A directory (a shared filesystem): temporary dot-file, fsync, rename, fsync of the directory. Each partition
+    is listed (names and sizes) once per run, when a file of it is checked; `clock` (wall time) dates the
+    temporary files a killed push left there."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root).expanduser()
         self.url = str(self.root)
+        self.clock = clock
+        self._listed: dict[str, dict[str, int]] = {}  # partition -> name -> size
+        self._owner: tuple[int, int] | None = None
 
     def prepare(self) -> None:
+        self._listed.clear()  # the target may have changed since the last run (wiped, recreated, pruned)
         try:
             self.root.mkdir(exist_ok=True)  # not its parents: a missing mount point must not become a directory
         except FileNotFoundError:
@@ -98,19 +134,58 @@ class DirTarget:
         mark = self.root / store.PUSH_TARGET
         if not mark.exists():
             mark.write_text("gpuaudit push collects node datasets here; compact them on the nodes, not here\n")
+        # Run as root: what it creates belongs to the target directory's owner, so the agents' pushes (their
+        # user) can still write into the partitions it made.
+        self._owner = _owner(self.root)
+
+    def _partition(self, prefix: str) -> dict[str, int]:
+        if prefix not in self._listed:
+            found: dict[str, int] = {}
+            now = self.clock()
+            try:
+                entries = list(os.scandir(self.root / prefix))
+            except (FileNotFoundError, NotADirectoryError):
+                entries = []
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                    if _TMP_RE.match(entry.name) and now - st.st_mtime > STALE_TMP_S:
+                        os.unlink(entry.path)  # a killed push's: nothing else ever reads or renames it
+                        continue
+                except FileNotFoundError:
+                    continue
+                found[entry.name] = st.st_size
+            self._listed[prefix] = found
+        return self._listed[prefix]
+
+    def holds(self, rel: str, size: int, md5: str) -> bool:
+        prefix, _, name = rel.rpartition("/")
+        return self._partition(prefix).get(name) == size
 
     def same(self, rel: str, size: int, md5: str) -> bool:
-        path = self.root / rel
+        if not self.holds(rel, size, md5):
+            return False
         try:
-            if path.stat().st_size != size:
-                return False
-            return _md5_file(path) == md5
+            return _md5_file(self.root / rel) == md5
+        except FileNotFoundError:
+            return False
+
+    def confirm(self, rel: str, size: int, md5: str) -> bool:
+        try:
+            return (self.root / rel).stat().st_size == size
         except FileNotFoundError:
             return False
 
     def put(self, rel: str, data: bytes, md5: str) -> None:
         final = self.root / rel
-        final.parent.mkdir(parents=True, exist_ok=True)
+        if self._owner is not None:
+            made = [d for d in (final.parent, *final.parent.parents) if d.is_relative_to(self.root)
+                    and not d.exists()]
+            final.parent.mkdir(parents=True, exist_ok=True)
+            for d in made:
+                _give(d, self._owner)
+        else:
+            final.parent.mkdir(parents=True, exist_ok=True)
         # A dot-name that does not end in .parquet: no reader (ours, DuckDB or polars globs) ever lists it.
         tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
@@ -118,6 +193,7 @@ class DirTarget:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            _give(tmp, self._owner)
             os.replace(tmp, final)
         finally:
             tmp.unlink(missing_ok=True)
@@ -126,16 +202,17 @@ class DirTarget:
             os.fsync(fd)
         finally:
             os.close(fd)
+        prefix = rel.rpartition("/")[0]
+        self._partition(prefix)[final.name] = final.stat().st_size
         if not self.same(rel, len(data), md5):
             raise _Mismatch(f"{final} does not read back as written")
 
     def names(self, prefix: str) -> set[str]:
-        try:
-            return set(os.listdir(self.root / prefix))
-        except FileNotFoundError:
-            return set()
+        return set(self._partition(prefix))
 
     def delete(self, rel: str) -> bool:
+        prefix, _, name = rel.rpartition("/")
+        self._partition(prefix).pop(name, None)
         try:
             (self.root / rel).unlink()
             return True
@@ -144,17 +221,22 @@ class DirTarget:
 
 
 class S3Target:
-    """s3://bucket/prefix through s3fs. A partition's objects are listed once per run, when a file of it has to
-    be checked (one request per 1000 objects), instead of one request per file."""
+    """s3://bucket/prefix through s3fs. The objects of a table's host are listed once per run, in one recursive
+    listing (a request per 1000 objects) that starts at the first partition checked: push walks a host's
+    partitions oldest first, so the listing skips what the node no longer holds (deleted after upload)."""
 
     def __init__(self, url: str, endpoint_url: str | None = None) -> None:
         self.url = url
         self.fs = remote.filesystem(url, endpoint_url=endpoint_url)
         self.base = remote.split(url)[1]
+        bucket, _, key_root = self.base.partition("/")
+        self._bucket, self._keys = bucket, f"{key_root}/" if key_root else ""
         self._listed: dict[str, dict[str, tuple[int, str]]] = {}  # partition -> rel -> (size, etag)
+        self._since: dict[str, str] = {}  # <table>/host=<h> -> the first partition its listing covers
 
     def prepare(self) -> None:
         self._listed.clear()  # other writers (a central prune, an operator) may have changed the target
+        self._since.clear()
         bucket = self.base.split("/", 1)[0]
         try:
             self.fs.info(bucket)  # unlike exists(), an unreachable endpoint raises here (and is retried)
@@ -163,18 +245,36 @@ class S3Target:
                                 "with these credentials)") from None
 
     def _scope(self, rel: str) -> dict[str, tuple[int, str]]:
-        """The objects of `rel`'s partition, <table>/host=<h>/date=<d> (listed on first use in this run)."""
-        scope = "/".join(rel.split("/")[:3])
-        if scope not in self._listed:
-            found: dict[str, tuple[int, str]] = {}
+        """The objects of `rel`'s partition, <table>/host=<h>/date=<d> (listed with its host on first use)."""
+        parts = rel.split("/")
+        host, partition = "/".join(parts[:2]), "/".join(parts[:3])
+        since = self._since.get(host)
+        if since is None or partition < since:
+            self._list_host(host, partition)
+        return self._listed.setdefault(partition, {})
+
+    def _list_host(self, host: str, since: str) -> None:
+        """List <table>/host=<h>/ from partition `since` on (S3 lists keys in order: StartAfter skips the
+        older ones without reading them)."""
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": f"{self._keys}{host}/",
+                                  "StartAfter": f"{self._keys}{since}", **self.fs.req_kw}
+        found: dict[str, dict[str, tuple[int, str]]] = {}
+        while True:
             try:
-                listing = self.fs.find(f"{self.base}/{scope}", detail=True)
+                page = self.fs.call_s3("list_objects_v2", **kwargs)
             except FileNotFoundError:
-                listing = {}
-            for key, info in listing.items():
-                found[key[len(self.base) + 1:]] = (int(info.get("size") or 0), str(info.get("ETag") or ""))
-            self._listed[scope] = found
-        return self._listed[scope]
+                break
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(self._keys):]
+                found.setdefault(rel.rpartition("/")[0], {})[rel] = (int(obj.get("Size") or 0),
+                                                                     str(obj.get("ETag") or ""))
+            if not page.get("IsTruncated") or not page.get("NextContinuationToken"):
+                break
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        for partition in [p for p in self._listed if p.startswith(f"{host}/") and p >= since]:
+            del self._listed[partition]
+        self._listed.update(found)
+        self._since[host] = since
 
     def _remote(self, rel: str) -> tuple[int, str] | None:
         return self._scope(rel).get(rel)
@@ -188,6 +288,15 @@ class S3Target:
     def same(self, rel: str, size: int, md5: str) -> bool:
         got = self._remote(rel)
         return got is not None and got[0] == size and self._etag_matches(got[1], md5)
+
+    holds = same  # the listing carries the ETag: as cheap as the size alone
+
+    def confirm(self, rel: str, size: int, md5: str) -> bool:
+        try:
+            info = self.fs.info(f"{self.base}/{rel}")  # a HEAD now, not this run's listing
+        except FileNotFoundError:
+            return False
+        return int(info.get("size") or 0) == size and self._etag_matches(str(info.get("ETag") or ""), md5)
 
     def put(self, rel: str, data: bytes, md5: str) -> None:
         key = f"{self.base}/{rel}"
@@ -229,8 +338,9 @@ class Manifest:
     """What the target confirmed: an append-only JSON-lines log (the last line of a name wins), rewritten
     without the entries of files gone locally once it holds more dead lines than live ones."""
 
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, owner: tuple[int, int] | None = None) -> None:
         self.path = state / "manifest.jsonl"
+        self.owner = owner
         self.entries: dict[str, dict[str, Any]] = {}
         self.lines = 0
         if self.path.exists():
@@ -253,6 +363,7 @@ class Manifest:
         if self._out is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._out = self.path.open("a", encoding="utf-8")
+            _give(self.path, self.owner)
         self._out.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._out.flush()
         self.lines += 1
@@ -271,6 +382,7 @@ class Manifest:
                     f.write(json.dumps(entry, separators=(",", ":")) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
+            _give(tmp, self.owner)
             os.replace(tmp, self.path)
             self.lines = len(self.entries)
 
@@ -280,19 +392,61 @@ def state_dir(root: Path, target: Target) -> Path:
     return root / STATE_DIR / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
+def _owner(root: Path) -> tuple[int, int] | None:
+    """(uid, gid) to give the state files to: the data directory's owner, when this push runs as root and
+    the data is another user's (the agent's). Else None: files are created as this user's, as usual."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    st = root.stat()
+    return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
+
+
+def _give(path: Path, owner: tuple[int, int] | None) -> None:
+    if owner is not None:
+        os.chown(path, *owner)
+
+
 @contextlib.contextmanager
-def _locked(state: Path, url: str) -> Iterator[None]:
+def _locked(state: Path, url: str, owner: tuple[int, int] | None, wait_s: float,
+            sleep: Callable[[float], None], clock: Callable[[], float]) -> Iterator[None]:
+    made = [d for d in (state.parent, state) if not d.exists()]
     state.mkdir(parents=True, exist_ok=True)
+    for d in made:
+        _give(d, owner)
     (state / "target").write_text(url + "\n", encoding="utf-8")  # which target this folder is about
+    _give(state / "target", owner)
     fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise GpuauditError(f"another `gpuaudit push` to {url} is running from this dataset") from None
+        _give(state / "lock", owner)
+        deadline = clock() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() >= deadline:
+                    raise PushBusy(f"another `gpuaudit push` to {url} from this dataset is running; it ships "
+                                   "these files (a file it missed goes with the next push)") from None
+                sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)
+
+
+def _state_error(root: Path, state: Path, e: OSError) -> GpuauditError:
+    """A state directory this user cannot write (e.g. left by a push run as root by an older gpuaudit)."""
+    st = root.stat()
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return GpuauditError(
+        f"push state {e.filename or state} is not writable by this user ({e.strerror}): give it to the dataset's "
+        f"owner (chown -R {user}:{group} {root / STATE_DIR}) or run push as that user, then run it again")
 
 
 # ------------------------------------------------------------------------------------------------- push
@@ -354,10 +508,17 @@ class _Run:
         except FileNotFoundError:
             return False  # compacted or deleted since the listing: nothing to ship
         self.live.add(rel)
-        if self.manifest.matches(rel, st.st_size, st.st_mtime_ns):
-            self.stats.confirmed += 1
-            self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, deletable)
-            return True
+        known = self.manifest.matches(rel, st.st_size, st.st_mtime_ns)
+        if known:
+            md5 = str(self.manifest.entries[rel].get("h") or "")
+            # The manifest says the target had it; the target's listing says whether it still does.
+            if self.attempt(f"checking {rel}", self.target.holds, rel, st.st_size, md5):
+                self.stats.confirmed += 1
+                self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, md5, deletable)
+                return True
+            # One line per file would flood a wiped target's log: the summary counts them (`resent`).
+            log.debug("push: %s was confirmed before but %s no longer holds it: sending it again", rel,
+                      self.target.url)
         try:
             with path.open("rb") as f:
                 st = os.fstat(f.fileno())  # what is read is this version, even if the name is replaced meanwhile
@@ -365,27 +526,38 @@ class _Run:
         except FileNotFoundError:
             return False
         md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        checked_now = False  # a PUT's read-back is a look at the target this moment: no second one to delete
         if self.attempt(f"checking {rel}", self.target.same, rel, len(data), md5):
             self.stats.found += 1
         else:
+            checked_now = True
             self.attempt(f"sending {rel}", self.target.put, rel, data, md5)
             self.stats.sent += 1
             self.stats.sent_bytes += len(data)
+            self.stats.resent += int(known)
         self.manifest.record(rel, s=st.st_size, m=st.st_mtime_ns, h=md5)
-        self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, deletable)
+        self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, md5, deletable, checked_now=checked_now)
         return True
 
-    def maybe_delete(self, rel: str, path: Path, size: int, mtime_ns: int, deletable: bool) -> None:
+    def maybe_delete(self, rel: str, path: Path, size: int, mtime_ns: int, md5: str, deletable: bool, *,
+                     checked_now: bool = False) -> None:
         if not (self.delete_after_upload and deletable):
             return
         try:
             st = path.stat()
-            if (st.st_size, st.st_mtime_ns) == (size, mtime_ns):  # still the version the target confirmed
-                path.unlink()
-                self.stats.deleted_local += 1
-                self.live.discard(rel)
         except FileNotFoundError:
-            pass
+            return
+        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):  # not the version the target confirmed
+            return
+        # Asked of the target now (a stat, a HEAD), not this run's listing: a copy lost since must not cost the data.
+        if not checked_now and not self.attempt(f"confirming {rel}", self.target.confirm, rel, size, md5):
+            log.warning("push: %s not deleted: %s does not hold it now (the next push sends it again)", rel,
+                        self.target.url)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            self.stats.deleted_local += 1
+            self.live.discard(rel)
 
     def prune(self, prefix: str, records: dict[str, dict[str, Any]], done: set[str]) -> None:
         """Remove the remote files that confirmed records supersede (once per record)."""
@@ -416,9 +588,10 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None = None,
-         delete_after_upload: bool = False, retries: int = RETRIES,
-         sleep: Callable[[float], None] = time.sleep) -> PushStats:
-    """Ship the dataset at `root` (local) to `to` (a directory, an s3:// URL, or a Target). See the module doc."""
+         delete_after_upload: bool = False, retries: int = RETRIES, wait_s: float = 0.0,
+         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> PushStats:
+    """Ship the dataset at `root` (local) to `to` (a directory, an s3:// URL, or a Target). See the module doc.
+    Raises PushBusy when another push of it to the same target still runs after `wait_s` seconds."""
     root = store.local_root(root)
     if not root.is_dir():
         raise GpuauditError(f"no dataset at {root}")
@@ -431,8 +604,9 @@ def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None 
             raise GpuauditError(f"cannot push {root} into itself ({target.root})")
     state = state_dir(root, target)
     try:
-        with _locked(state, target.url):
-            run = _Run(root, target, Manifest(state), retries, sleep, delete_after_upload)
+        owner = _owner(root)
+        with _locked(state, target.url, owner, wait_s, sleep, clock):
+            run = _Run(root, target, Manifest(state, owner), retries, sleep, delete_after_upload)
             complete = False
             try:
                 run.attempt(f"reaching {target.url}", target.prepare)
@@ -446,6 +620,8 @@ def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None 
                 # Entries of files gone locally are dropped only after a full walk (a stopped run saw only part).
                 run.manifest.close(run.live if complete else set(run.manifest.entries))
     except OSError as e:  # local state or files, a denied permission on either side: one line, never a traceback
+        if isinstance(e, PermissionError) and e.filename and Path(e.filename).is_relative_to(state.parent):
+            raise _state_error(root, state, e) from e
         where = e.filename or target.url
         raise GpuauditError(f"push to {target.url} stopped: {where}: {e.strerror or remote.describe_error(e)} "
                             f"(run it again to resume)") from e
@@ -454,10 +630,12 @@ def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None 
 
 def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None, delete_after_upload: bool = False,
            retries: int = RETRIES, trigger: IO[bytes] | None = None,
-           event: Callable[..., None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+           event: Callable[..., None] | None = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> None:
     """Push each time a line arrives on `trigger` (the agent writes one after each flush), and once more at its
     end of input (the agent stopped, or died: the pipe closed). A failed round is logged and retried at a
-    later trigger, backing off (doubling up to 5 minutes); it never stops the loop."""
+    later trigger, backing off (doubling up to 5 minutes); it never stops the loop. A round another push
+    (cron) is running for is skipped, not a failure; the last one waits for it a while."""
     import sys
 
     trigger = trigger or sys.stdin.buffer
@@ -469,7 +647,10 @@ def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None,
         if not eof and clock() < not_before:
             continue
         try:
-            stats = push(root, target, delete_after_upload=delete_after_upload, retries=retries)
+            stats = push(root, target, delete_after_upload=delete_after_upload, retries=retries,
+                         wait_s=FINAL_LOCK_WAIT_S if eof else 0.0, sleep=sleep, clock=clock)
+        except PushBusy as e:
+            say("upload_skipped", logging.DEBUG if not eof else logging.WARNING, reason=str(e))
         except GpuauditError as e:
             failures += 1
             delay = min(BACKOFF_MIN_S * 2 ** failures, FOLLOW_BACKOFF_MAX_S)
@@ -480,7 +661,7 @@ def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None,
                 say("upload_recovered", after_failures=failures)
             failures, not_before = 0, 0.0
             level = logging.INFO if stats.sent or stats.pruned or stats.deleted_local else logging.DEBUG
-            say("upload", level, sent=stats.sent, bytes=stats.sent_bytes, pruned=stats.pruned,
+            say("upload", level, sent=stats.sent, bytes=stats.sent_bytes, resent=stats.resent, pruned=stats.pruned,
                 deleted_local=stats.deleted_local, to=target.url)
         if eof:
             return

@@ -7,8 +7,10 @@ for S3; agent 53 MB either way) that the long-lived agent does not have to carry
 stall the sampler, and a crash of the uploader cannot take the agent down. The child
 pushes at each line and once more when the pipe closes (the agent stopped, or died), then exits; it ignores
 SIGTERM/SIGINT sent to the whole group so that the agent's last flush still goes out. What it confirmed is
-in its manifest (gpuaudit.push), so a restart of either resumes without sending anything twice. A child that
-exits early is restarted at a later flush, backing off (doubling up to 5 minutes).
+in its manifest (gpuaudit.push), so a restart of either resumes without sending anything twice; each push
+also lists the target, so a target wiped or recreated meanwhile is filled again. A round that finds another
+push running (e.g. one from cron) is skipped, not counted as a failure; the last one waits for it a while. A
+child that exits early is restarted at a later flush, backing off (doubling up to 5 minutes).
 """
 
 from __future__ import annotations

@@ -228,8 +228,12 @@ class SparkEngine:
 def load_rollups(root: Path | str) -> Rollups:
     """Stage 1 of the dataset at `root` on Spark: the same Rollups load_rollups gives with DuckDB."""
     if remote.as_url(root):
-        raise GpuauditError(f"--engine spark reads a dataset on a (shared) filesystem, not {root}: "
-                            "use the default engine, or point Spark at a mounted copy")
+        # Spark would read the objects itself, through the hadoop-aws connector (s3a://) and the cluster's own
+        # credentials; gpuaudit does not set that up.
+        raise GpuauditError(f"--engine spark reads a dataset on a local or shared filesystem, not {root} (Spark "
+                            "reads object storage only as s3a:// through the cluster's hadoop-aws setup, which "
+                            "gpuaudit does not configure): use the default engine (DuckDB reads s3:// itself), or "
+                            "copy the dataset to a filesystem the Spark workers see (aws s3 sync) and give that path")
     spark = session()
     views = Views(spark, root)
     engine = SparkEngine(spark)

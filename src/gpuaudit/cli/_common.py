@@ -45,7 +45,7 @@ CurrentOption = typer.Option("on-prem", "--current", help="Where the fleet runs 
 EngineOption = typer.Option(
     "duckdb", "--engine",
     help="What runs the stage-1 SQL over the dataset: duckdb (this machine) or spark (Apache Spark: the active "
-         "or a local session; pip install 'gpuaudit[spark]'). Same figures either way.")
+         "or a local session; pip install 'gpuaudit\\[spark]'). Same figures either way.")
 FleetOption = typer.Option(
     None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
     "measured demand is scaled to it."

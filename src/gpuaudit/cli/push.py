@@ -34,6 +34,7 @@ def push_cmd(
 ) -> None:
     """Ship this node's finished dataset files to a shared directory or S3: idempotent (a file the target already
     holds is not sent again), resumable (run it again after a failure), never deletes local data unless asked.
+    While another push of the same data to the same target runs, it says "skipped: ..." and exits 0.
 
     Examples: gpuaudit push --data /var/lib/gpuaudit --to s3://audit-bucket/fleet;
     gpuaudit push --to /shared/gpuaudit (from cron, e.g. hourly).
@@ -55,7 +56,12 @@ def push_cmd(
                     event=log.event)
         return
     _warn_to_stderr()
-    stats = push.push(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload, retries=retries)
+    try:
+        stats = push.push(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload,
+                          retries=retries)
+    except push.PushBusy as e:  # cron overlapping the agent's uploader: nothing wrong, nothing to do
+        typer.echo(f"skipped: {e}")
+        return
     typer.echo(stats.summary(to))
 
 

@@ -5,8 +5,11 @@ Two phases, so a failure never leaves a partial import behind:
 1. fetch: every query of every chunk is answered and converted to typed rows, spilled to a private
    temporary directory (bounded memory for long windows). Any server or network error stops here,
    before the dataset is touched.
-2. write: per (host, date) partition, the importer's own file `prometheus.parquet` is rewritten
-   atomically: its previous rows minus those the new import replaces, plus the new rows.
+2. write: per (host, date) partition, the importer's own file is replaced atomically by a new one,
+   `prometheus-<stamp>.parquet` (a new name each time): its previous rows minus those the new import
+   replaces, plus the new rows. The replaced files are listed in a compaction record next to it, as
+   `gpuaudit compact` leaves one, so that `gpuaudit push` removes them from a collection target and the
+   target's readers hide them until then (without it the target kept both files: rows counted twice).
 
 Idempotency: imported rows live on a step grid aligned to the epoch, and a new import replaces the
 Prometheus-sourced rows of the same GPUs inside its window (also in files that compaction merged the
@@ -16,6 +19,7 @@ importer's file into). Importing the same or an overlapping window again therefo
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -365,6 +369,8 @@ class _Changes:
 
     stage: Path
     removals: list[Path] = field(default_factory=list)
+    # (table, host, date) -> names of that partition's files the new importer file replaces: its compaction record
+    replaced: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     # A new name per import: a name the importer used before may be listed by a compaction record (kept by
     # the store), which would hide a new file under that name.
     name: str = field(default_factory=lambda: f"{FILE_STEM}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid4().hex[:8]}")
@@ -393,6 +399,7 @@ def _write(root: Path, spill: Path, start: datetime, end: datetime, result: Impo
         # or double rows.
         with store.compaction_lock(root):
             _stage_all(root, changes, samples_files, process_files, start, end, result)
+            _stage_records(root, changes, result)
             _publish(root, changes)
     except GpuauditError as e:
         # DuckDB reports an I/O failure as JSON with the errno: say it the way the OSError branch does.
@@ -519,12 +526,37 @@ def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, g
         if _own(f):
             keep_own = _concat(keep_own, rest)
             changes.removals.append(f)
+            changes.replaced.setdefault((table, host, day), []).append(f.name)
         elif n:
             if rest.height:
                 store.write_table(changes.stage, table, rest, name=f.stem)
             else:
                 changes.removals.append(f)
+                changes.replaced.setdefault((table, host, day), []).append(f.name)
     return keep_own, dropped
+
+
+def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
+    """Stage a compaction record in each partition where files are removed: {"new": this import's file,
+    "old": [the removed files]}, the same record `gpuaudit compact` leaves (store.superseded reads both).
+    Push ships it before the new file, then removes the old files from the target; the target's readers
+    hide them as soon as the new file is there. A partition whose new file would hold no row (every process
+    row replaced, none imported) gets an empty file, so that the record has a file to point to."""
+    for (table, host, day), old in sorted(changes.replaced.items()):
+        part = store.partition_dir(changes.stage, table, host, day)
+        new = part / f"{changes.name}.parquet"
+        if not new.exists():
+            part.mkdir(parents=True, exist_ok=True)
+            con = store.connect()
+            try:
+                store._copy_to(con, schema.empty_select(table, stored_only=True), new)
+            finally:
+                con.close()
+            store._fsync(new)
+            result.files.append(root / new.relative_to(changes.stage))
+        record = part / f"{store.JOURNAL_PREFIX}{uuid4().hex[:8]}.json"
+        record.write_text(json.dumps({"new": new.name, "old": sorted(old)}), encoding="utf-8")
+        store._fsync(record)
 
 
 def _own(f: Path) -> bool:
@@ -541,7 +573,10 @@ def _publish(root: Path, changes: _Changes) -> None:
     so a full disk stops the import while staging, before this."""
     aside = changes.stage / ".previous"
     aside.mkdir()
-    staged = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
+    # Records first (new names, nothing to set aside): each hides its old files from the moment its new file
+    # lands, so a crash before the removals below never shows a row twice (finish_journals then removes them).
+    records = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob(f"{store.JOURNAL_PREFIX}*.json"))
+    staged = records + sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
     done: list[tuple[Path, Path | None]] = []  # (dataset path, its previous version aside, or None if new)
     try:
         for i, new in enumerate(staged):
