@@ -608,8 +608,8 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
                     "inputs. Above $0 owning is cheaper, below it renting is."))
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
-    tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even held-hour "
-                           "utilization (— = never: renting is cheaper even with every GPU held)",
+    tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
+                           "held-hour utilization (— = never: renting is cheaper even with every GPU held)",
                            columns=(name or "parameter", "low_value", "base_value", "high_value", "cheapest_low",
                                     "cheapest_high", "break_even_low", "break_even_high"))
     growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
