@@ -1,6 +1,6 @@
 -- Analyzer stage 1: the fleet demand series when the data holds duplicates (some GPU-hour of `gpu_streams` has
 -- pick > 1 or overlap > 1; otherwise sql/analysis_demand.sql gives the same without the join). One row per
--- 300 s bucket (the bucket in which a sampled interval ends). Only the samples of each GPU-hour's winning
+-- 300 s bucket (the bucket in which a sampled interval ends). Only the samples of each GPU-slot's winning
 -- stream count, each weighted by 1 / its overlap (see sql/analysis_streams.sql: de-duplicated as the rollup is). held_s / 300 = GPUs held by a process on average in
 -- the bucket; real_s / 300 = SM-weighted GPUs in use (duty cycle where SM activity was not measured);
 -- observed_s / 300 = GPUs reporting (the analyzer scales demand to the whole fleet with it).
@@ -17,6 +17,7 @@ WITH weighted AS (
         AND s.gpu_uuid = w.gpu_uuid
         AND coalesce(s.mig_instance, -1) = w.mig_instance
         AND floor((epoch(s.ts) - 0.001) / 3600) * 3600 = w.hour_s
+        AND floor((epoch(s.ts) - 0.001) / w.slot_len_s) * w.slot_len_s = w.slot_s
         AND s.host = w.host
         AND s.source = w.source
 )

@@ -1,6 +1,6 @@
--- Analyzer stage 1: one row per GPU (MIG slice: mig_instance >= 0, whole GPU: -1) per UTC hour: the winning
--- stream of `gpu_streams` (sql/analysis_streams.sql), its sums divided by its overlap. overlap_s: the
--- GPU-seconds de-duplication removed in the hour (other streams, and the winner's own overlap).
+-- Analyzer stage 1: one row per GPU (MIG slice: mig_instance >= 0, whole GPU: -1) per UTC hour (and host): the
+-- winning stream of each slot of `gpu_streams` (sql/analysis_streams.sql), its sums divided by its overlap.
+-- overlap_s: the GPU-seconds de-duplication removed (other streams, and the winner's own overlap).
 SELECT
     host, gpu_uuid, mig_instance, hour_s,
     to_timestamp(hour_s) AS hour,  -- readable twin of hour_s (for `gpuaudit sql`)
@@ -20,7 +20,7 @@ SELECT
     sum(idle_held_s / overlap) AS idle_held_s,
     sum(energy_j / overlap) AS energy_j,
     sum(energy_s / overlap) AS energy_s,
-    max(hour_observed_s) - sum(observed_s / overlap) AS overlap_s,
+    sum(slot_observed_s - observed_s / overlap) AS overlap_s,
     max(max_mem_used_bytes) AS max_mem_used_bytes,
     max(mem_total_bytes) AS mem_total_bytes,
     min(first_s) AS first_s,

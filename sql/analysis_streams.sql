@@ -1,6 +1,6 @@
 -- Analyzer stage 1, the big scan of `samples`: one row per GPU (MIG slice: mig_instance >= 0, whole GPU: -1)
 -- per UTC hour per STREAM (a source on a host), with what de-duplication needs. The analyzer materializes it
--- once as `gpu_streams` (GPU-hours × streams: small); sql/analysis_rollup.sql keeps each GPU-hour's winning
+-- once as `gpu_streams` (GPU-hours × streams: small); sql/analysis_rollup.sql keeps each slot's winning
 -- stream, sql/analysis_demand.sql weights the samples of the winners. `gpuaudit sql` shows it as a view.
 --
 -- A sample belongs to the hour in which its interval ends (ts is the end; an interval ending exactly on the
@@ -10,15 +10,20 @@
 -- real_s kept apart (fallback_real_s) so the analyzer can state the lower bound too. Idle-held: a process holds
 -- the GPU while SM activity < 1 %.
 --
--- De-duplication, per GPU and hour:
+-- De-duplication, per GPU and SLOT (here the hour: slot_s = hour_s, slot_len_s = 3600):
 --   1. Precedence between streams: agent GPM (nvml-gpm, simulated) > DCGM import (prometheus-dcgm) > duty
---      cycle (nvml > prometheus-dcgm-util); ties: the first host name. Only the best stream present in the hour
+--      cycle (nvml > prometheus-dcgm-util); ties: the first host name. Only the best stream present in the slot
 --      counts (pick = 1), so an import over agent data, or one GPU reported under two host names, never adds up.
 --   2. Within a stream, rows that overlap in time (a copied file, two agents writing the same GPU) cover more
---      seconds than the hour they span: its sums are divided by
---      overlap = Σ seconds inside the hour ÷ (last end − first start inside the hour)   (>= 1).
---      Exact for copies; for two agents sampling out of phase it is off by at most one interval per hour.
---   hour_observed_s (every stream of the GPU-hour) lets the rollup report what de-duplication removed.
+--      seconds than the slot they span: its sums are divided by
+--      overlap = Σ seconds inside the slot ÷ (last end − first start inside the slot)   (>= 1).
+--      Exact for copies of whole slots; for two agents sampling out of phase it is off by at most one interval.
+--   slot_observed_s (every stream of the GPU-slot) lets the rollup report what de-duplication removed.
+-- Where streams cover an hour only in part (an agent started mid-hour over an import; a copy of part of a
+-- file), one pick or one factor for the whole hour would be wrong: sql/analysis_refine_hours.sql lists those
+-- GPU-hours, and the analyzer runs this same query again over their samples only, with one-minute slots
+-- (gpuaudit/analysis/rollup.py: `streams_sql`), replacing their hour rows. The marked lines below are what
+-- it changes.
 WITH raw AS (
     SELECT
         host, gpu_uuid, coalesce(mig_instance, -1) AS mig_instance, gpu_name, source,
@@ -30,6 +35,8 @@ WITH raw AS (
             ELSE 5
         END AS precedence,
         floor((epoch(ts) - 0.001) / 3600) * 3600 AS hour_s,
+        floor((epoch(ts) - 0.001) / 3600) * 3600 AS slot_s,  -- slot
+        3600 AS slot_len_s,  -- slot
         epoch(ts) AS end_s,
         interval_s,
         gpu_fraction,
@@ -41,16 +48,16 @@ WITH raw AS (
         coalesce(energy_j, power_w * interval_s) * gpu_fraction AS energy_j,
         mem_used_bytes,
         mem_total_bytes
-    FROM samples
+    FROM samples  -- rows
 ),
 streams AS (
     SELECT
-        host, gpu_uuid, mig_instance, hour_s, source, gpu_name, precedence,
+        host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, gpu_name, precedence,
         max(gpu_fraction) AS gpu_fraction,
         count(*) AS samples,
-        -- seconds of each interval inside its hour, and where the earliest one starts inside the hour
-        sum(end_s - greatest(end_s - interval_s, hour_s)) AS covered_s,
-        min(greatest(end_s - interval_s, hour_s)) AS first_in_hour_s,
+        -- seconds of each interval inside its slot, and where the earliest one starts inside the slot
+        sum(end_s - greatest(end_s - interval_s, slot_s)) AS covered_s,
+        min(greatest(end_s - interval_s, slot_s)) AS first_in_slot_s,
         sum(gpu_s) AS observed_s,
         sum(held_s) AS held_s,
         sum(duty_cycle * gpu_s) AS busy_s,
@@ -70,15 +77,15 @@ streams AS (
         max(interval_s) AS max_interval_s
     FROM raw
     -- gpu_name and precedence follow from the other keys; grouping by them is cheaper than aggregating them
-    GROUP BY host, gpu_uuid, mig_instance, hour_s, source, gpu_name, precedence
+    GROUP BY host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, gpu_name, precedence
 )
 SELECT
     *,
     greatest(1.0, sum(covered_s) OVER stream
-        / greatest(max(last_s) OVER stream - min(first_in_hour_s) OVER stream, 0.001)) AS overlap,
-    sum(observed_s) OVER gpu_hour AS hour_observed_s,
-    dense_rank() OVER (PARTITION BY gpu_uuid, mig_instance, hour_s ORDER BY precedence, host, source) AS pick
+        / greatest(max(last_s) OVER stream - min(first_in_slot_s) OVER stream, 0.001)) AS overlap,
+    sum(observed_s) OVER gpu_slot AS slot_observed_s,
+    dense_rank() OVER (PARTITION BY gpu_uuid, mig_instance, slot_s ORDER BY precedence, host, source) AS pick
 FROM streams
 WINDOW
-    stream AS (PARTITION BY gpu_uuid, mig_instance, hour_s, precedence, host, source),
-    gpu_hour AS (PARTITION BY gpu_uuid, mig_instance, hour_s)
+    stream AS (PARTITION BY gpu_uuid, mig_instance, slot_s, precedence, host, source),
+    gpu_slot AS (PARTITION BY gpu_uuid, mig_instance, slot_s)

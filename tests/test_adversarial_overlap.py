@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.analysis_helpers import T0, gpu_rows, write
+from tests.analysis_helpers import T0, gpu_rows, rollups, write
 
 from gpuaudit import schema
 from gpuaudit.analysis import analyze
@@ -99,3 +99,63 @@ def test_one_gpu_under_two_host_names_is_counted_once(base, tmp_path: Path) -> N
     renamed = [{**r, "host": "n1.example.com"} for r in _rows()]
     b = analyze(write(tmp_path / "d", _rows() + renamed))
     _same(a, b)
+
+
+def _hours(roll) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    g = roll.gpu_hours
+    return {k: float(g[k].sum()) / 3600 for k in ("observed_s", "held_s", "real_s", "overlap_s")}
+
+
+def test_a_copy_of_part_of_each_hour_is_counted_once() -> None:
+    """A copy of the first half of every hour (the busy half) was de-duplicated by one factor over the whole
+    hour: runtime utilization read 0.667 and real 0.533 for a truth of 0.50 and 0.40. Partial overlaps are
+    resolved per minute."""
+    busy = lambda i: (i % 60) < 30  # noqa: E731  (60 s samples: the first 30 of each hour)
+    rows = gpu_rows("n1", "GPU-a", 48 * 60, interval_s=60, sm=lambda i: 0.8 if busy(i) else 0.0,
+                    procs=lambda i: int(busy(i)))
+    copy = [r for i, r in enumerate(rows) if busy(i)]
+    h = _hours(rollups(rows + copy))
+    assert h["observed_s"] == pytest.approx(48, rel=1e-9)
+    assert h["held_s"] / h["observed_s"] == pytest.approx(0.5, rel=1e-9)
+    assert h["real_s"] / h["observed_s"] == pytest.approx(0.4, rel=1e-9)
+    assert h["overlap_s"] == pytest.approx(24, rel=1e-9)  # the copied half-hours, reported
+
+
+def test_a_stream_that_covers_part_of_an_hour_does_not_hide_the_rest() -> None:
+    """An agent that covered only the first 10 minutes of each hour, over a 5-minute Prometheus import of the
+    whole time: the hour went to the agent and its other 50 minutes were lost (48 GPU-hours read as 8)."""
+    imported = gpu_rows("n1", "GPU-a", 48 * 12, interval_s=300, sm=0.5, procs=1,
+                        source=schema.SOURCE_PROM_DCGM)
+    agent = [r for r in gpu_rows("n1", "GPU-a", 48 * 360, interval_s=10, sm=0.5, procs=1)
+             if (r["ts"] - T0).total_seconds() % 3600 <= 600 and (r["ts"] - T0).total_seconds() % 3600 > 0]
+    h = _hours(rollups(imported + agent))
+    assert h["observed_s"] == pytest.approx(48, rel=1e-9)
+    assert h["real_s"] == pytest.approx(24, rel=1e-9)
+    assert h["overlap_s"] == pytest.approx(8, rel=1e-9)  # the import's first 10 minutes of each hour
+
+
+def test_gpuaudit_sql_sees_the_same_de_duplicated_streams(tmp_path: Path) -> None:
+    """`gpuaudit sql` exposes gpu_streams as views (the hourly pass, the hours to refine, the one-minute pass):
+    the canned rollup run there gives the analyzer's figures on partly overlapping data too."""
+    import json
+
+    from tests.helpers import run_cli
+
+    from gpuaudit.analysis.rollup import load_rollups
+
+    busy = lambda i: (i % 60) < 30  # noqa: E731
+    rows = gpu_rows("n1", "GPU-a", 6 * 60, interval_s=60, sm=lambda i: 0.8 if busy(i) else 0.0,
+                    procs=lambda i: int(busy(i)))
+    data = write(tmp_path / "d", rows)
+    write(tmp_path / "copy", [r for i, r in enumerate(rows) if busy(i)])
+    for f in (tmp_path / "copy").rglob("*.parquet"):
+        dest = data / f.relative_to(tmp_path / "copy")
+        shutil.copy(f, dest.with_name("copy-" + dest.name))
+    roll = load_rollups(data)
+    r = run_cli("sql", "-d", str(data), "--file", "sql/analysis_rollup.sql", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert sum(x["held_s"] for x in got) == pytest.approx(float(roll.gpu_hours["held_s"].sum()))
+    assert float(roll.gpu_hours["held_s"].sum()) == pytest.approx(3 * 3600)
+    assert float(roll.gpu_hours["overlap_s"].sum()) == pytest.approx(3 * 3600)  # the copy was read, and removed
+    assert sum(x["overlap_s"] for x in got) == pytest.approx(3 * 3600)

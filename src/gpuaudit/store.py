@@ -736,11 +736,12 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
             ds._skip(path, reason)
     ds._create_views()
     if strict:
-        # `gpuaudit sql` also sees the analyzer's per-GPU-hour streams (sql/analysis_streams.sql), so the canned
+        # `gpuaudit sql` also sees the analyzer's de-duplicated streams (analysis/streams.py), so the canned
         # stage-1 queries run as they are; the analyzer materializes the same SQL as a table instead.
-        from gpuaudit.resources import load_sql
+        from gpuaudit.analysis.streams import streams_views
 
-        ds.con.execute(f"CREATE OR REPLACE VIEW gpu_streams AS {load_sql('analysis_streams')}")
+        for name, sql in streams_views():
+            ds.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
         ds.lock_down()
     return ds
 

@@ -1,7 +1,8 @@
 """Stage 1: the only part of the analysis that reads the dataset.
 
 One big scan of `samples` (sql/analysis_streams.sql) gives one row per GPU-hour per stream (a source on a host)
-with what de-duplication needs, materialized once as the small table `gpu_streams`; the per-GPU-per-hour rollup
+with what de-duplication needs, materialized once as the small table `gpu_streams` (GPU-hours where streams
+overlap only in part are redone per minute from their samples alone); the per-GPU-per-hour rollup
 (sql/analysis_rollup.sql) keeps each GPU-hour's winning stream, and the fleet demand series
 (sql/analysis_demand.sql) is a second, narrow scan of `samples` weighted by it. One scan of `processes`
 (sql/analysis_holders.sql) gives who held each GPU per hour. Everything after this works on these small
@@ -16,16 +17,15 @@ from typing import Protocol
 
 import polars as pl
 
+from gpuaudit.analysis.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
 from gpuaudit.resources import load_sql
 
 # The demand series' bucket in sql/analysis_demand.sql.
 DEMAND_BUCKET_S = 300.0
-STREAMS_TABLE = "gpu_streams"
-# Stage-1 SQL, in the order it runs: (relation materialized as, file) then the queries read back.
-STREAMS_SQL = "analysis_streams"
 QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
 DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
 _HAS_DUPLICATES = f"SELECT count(*) AS n FROM {STREAMS_TABLE} WHERE pick > 1 OR overlap > 1"
+_HOURS_TO_REFINE = f"SELECT count(*) AS n FROM {REFINE}"
 _GPU_HOUR = ("host", "gpu_uuid", "mig_instance", "hour_s")
 
 
@@ -82,7 +82,13 @@ def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
 
 def rollups_from(engine: Engine) -> Rollups:
     """Run the stage-1 SQL through `engine` and shape the results."""
-    engine.materialize(STREAMS_TABLE, load_sql(STREAMS_SQL))
+    engine.materialize(HOURLY, streams_sql())
+    engine.materialize(REFINE, load_sql("analysis_refine_hours"))
+    if int(engine.query(_HOURS_TO_REFINE)["n"][0]) > 0:  # a second, filtered scan only when streams overlap in part
+        engine.materialize(FINE, streams_sql(fine=True))
+        engine.materialize(STREAMS_TABLE, load_sql("analysis_streams_merge"))
+    else:
+        engine.materialize(STREAMS_TABLE, f"SELECT * FROM {HOURLY}")
     # Clean data (the usual case) needs no per-sample weights: the demand scan skips the join.
     dedup = int(engine.query(_HAS_DUPLICATES)["n"][0]) > 0
     queries = [DEDUP_DEMAND if q == "analysis_demand" and dedup else q for q in QUERIES]

@@ -1,0 +1,45 @@
+"""The SQL behind `gpu_streams` (stage 1's de-duplicated streams), without the analyzer's dependencies: the
+analyzer materializes it (rollup.py) and `gpuaudit sql` shows it as lazy views (store.py)."""
+
+from __future__ import annotations
+
+from gpuaudit.resources import load_sql
+
+STREAMS_TABLE = "gpu_streams"
+STREAMS_SQL = "analysis_streams"
+# Where streams cover GPU-hours only in part, those hours are de-duplicated again with one-minute slots:
+# (relation, SQL) in the order they are built; the last one is `gpu_streams`.
+HOURLY, REFINE, FINE = "gpu_streams_hourly", "refine_hours", "gpu_streams_fine"
+FINE_SLOT_S = 60
+
+# The lines of sql/analysis_streams.sql the one-minute pass changes (each marked there).
+_SLOT = "floor((epoch(ts) - 0.001) / 3600) * 3600 AS slot_s,  -- slot"
+_SLOT_LEN = "3600 AS slot_len_s,  -- slot"
+_ROWS = "FROM samples  -- rows"
+
+
+def streams_sql(fine: bool = False) -> str:
+    """sql/analysis_streams.sql: hourly slots over every sample, or (`fine`) one-minute slots over the samples
+    of the GPU-hours in `refine_hours` only."""
+    sql = load_sql(STREAMS_SQL)
+    if not fine:
+        return sql
+    s = FINE_SLOT_S
+    edits = {
+        _SLOT: f"floor((epoch(ts) - 0.001) / {s}) * {s} AS slot_s,",
+        _SLOT_LEN: f"{s} AS slot_len_s,",
+        _ROWS: (f"FROM (SELECT s.* FROM samples AS s JOIN {REFINE} AS f ON s.gpu_uuid = f.gpu_uuid "
+                "AND coalesce(s.mig_instance, -1) = f.mig_instance "
+                "AND floor((epoch(s.ts) - 0.001) / 3600) * 3600 = f.hour_s) AS samples"),
+    }
+    for old, new in edits.items():
+        if sql.count(old) != 1:  # the marked lines moved: fail loudly rather than de-duplicate wrongly
+            raise RuntimeError(f"sql/{STREAMS_SQL}.sql lacks the marked line {old!r}")
+        sql = sql.replace(old, new)
+    return sql
+
+
+def streams_views() -> list[tuple[str, str]]:
+    """(name, SQL) of the relations behind `gpu_streams`, in dependency order (for lazy views)."""
+    return [(HOURLY, streams_sql()), (REFINE, load_sql("analysis_refine_hours")), (FINE, streams_sql(fine=True)),
+            (STREAMS_TABLE, load_sql("analysis_streams_merge"))]
