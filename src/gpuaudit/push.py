@@ -328,7 +328,15 @@ def _md5_file(path: Path) -> str:
 
 def make_target(to: Path | str, *, endpoint_url: str | None = None) -> Target:
     url = remote.as_url(to)
-    return S3Target(url, endpoint_url) if url else DirTarget(Path(to))
+    if url:
+        return S3Target(url, endpoint_url)
+    text = str(to)
+    if text[:3].lower() == "s3:":  # `s3:bucket` is a mistyped URL, never a local folder to create
+        raise GpuauditError(f"--to {text!r}: an S3 target is written s3://bucket/prefix")
+    try:
+        return DirTarget(Path(to))
+    except RuntimeError:  # `~nouser/x`: DirTarget expands `~`, and there is no such user
+        raise GpuauditError(f"bad --to {text!r}: cannot expand '~' (no such user or home directory)") from None
 
 
 # --------------------------------------------------------------------------------------------- manifest

@@ -67,7 +67,7 @@ class AgentConfig:
     def validate(self) -> None:
         if not INTERVAL_MIN_S <= self.interval_s <= INTERVAL_MAX_S:  # also refuses nan
             raise GpuauditError(f"--interval must be between {INTERVAL_MIN_S:g} and {INTERVAL_MAX_S:g} seconds, "
-                                f"got {self.interval_s:g}")
+                                f"got {self.interval_s!r}")  # as given: 3600.0001, not a rounded 3600
         if not self.flush_interval_s > 0:
             raise GpuauditError(f"--flush-interval must be > 0 seconds, got {self.flush_interval_s}")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -108,7 +108,9 @@ class Agent:
         self.config = config
         self.nvml = nvml
         self.mono = mono
-        self.sampler = Sampler(nvml, config.host, attributor or ProcAttributor(), clock=mono)
+        self.stop_event = threading.Event()
+        self.sampler = Sampler(nvml, config.host, attributor or ProcAttributor(), clock=mono,
+                               stop=self.stop_event.is_set)
         self.buffer = RowBuffer(config.max_buffer_rows)
         self.uploader = None
         if config.upload:
@@ -119,7 +121,6 @@ class Agent:
                                      verbose=logging.getLogger("gpuaudit").isEnabledFor(logging.DEBUG))
         self.flusher = Flusher(config.root, config.host, self.buffer, writer=writer, clock=mono,
                                fork=config.fork_writer, on_flush=self.uploader.notify if self.uploader else None)
-        self.stop_event = threading.Event()
         self.wake = threading.Event()  # set by every signal: a sleep ends at once
         self.flush_requested = False  # SIGHUP
         self.stopped: datetime | None = None

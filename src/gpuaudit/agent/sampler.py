@@ -68,8 +68,11 @@ def _mig_profile(name: str | None) -> str | None:
 
 class Sampler:
     def __init__(self, nvml: Nvml, host: str, attributor: Attributor, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, stop: Callable[[], bool] | None = None) -> None:
         self.nvml = nvml
+        # Asked before each GPU of a pass: a stop request (SIGTERM) ends discovery or sampling there instead of
+        # after every GPU (NVML calls on a sick GPU can take long; a pass over many GPUs adds up).
+        self.stop: Callable[[], bool] = stop or (lambda: False)
         self.host = host
         self.attributor = attributor
         self.clock = clock
@@ -87,6 +90,8 @@ class Sampler:
         count = nv.call("nvmlDeviceGetCount")
         units: list[Unit] = []
         for index in range(count):
+            if self.stop():
+                break
             try:
                 units.extend(self._discover_gpu(index))
             except DeviceFault as e:
@@ -201,6 +206,8 @@ class Sampler:
         now = self.clock()
         live: set[int] = set()
         for u in self.units:
+            if self.stop():  # the GPUs not read yet have no row for this interval: a gap, as for a fault
+                break
             if not u.ok:
                 if now >= u.retry_at:
                     self._prime(u)  # its next interval starts now; this one is a gap

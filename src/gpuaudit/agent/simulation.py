@@ -14,6 +14,9 @@ from gpuaudit import fakenvml
 from gpuaudit.errors import GpuauditError
 
 STATIC = "static"
+# --simulate-gpus: a node holds a handful of GPUs; 1024 simulated ones sample in under a second a pass, while
+# 100,000 took minutes and gigabytes before the first flush.
+MAX_GPUS = 1024
 
 
 def static_load(n_units: int) -> fakenvml.LoadFn:
@@ -36,6 +39,8 @@ def scenario_names() -> list[str]:
 def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: int = 0,
                interval_s: float = 10.0, host: str = "") -> fakenvml.FakeNvml:
     """A fake NVML whose GPUs run `scenario`. The integration grid is fine enough for the interval."""
+    if not 1 <= n_gpus <= MAX_GPUS:
+        raise GpuauditError(f"--simulate-gpus must be between 1 and {MAX_GPUS}, got {n_gpus}")
     try:
         prof = fakenvml.profile(hardware, n_gpus)
     except ValueError as e:

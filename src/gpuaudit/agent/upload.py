@@ -93,12 +93,14 @@ class Uploader:
 def check_target(root: Path, url: str) -> None:
     """Refuse an --upload target that cannot work, at start rather than at the first flush."""
     from gpuaudit import remote
+    from gpuaudit.cli._common import collection_target
     from gpuaudit.errors import GpuauditError
 
+    url = collection_target(url, "--upload")  # a malformed URL or an unknown user's `~`: refused here
     if remote.as_url(url):
         import importlib.util
 
         if importlib.util.find_spec("s3fs") is None:  # not imported here: the agent stays small
             raise GpuauditError(f"--upload {url}: S3 support is not installed: pip install 'gpuaudit[s3]'")
-    elif Path(url).expanduser().resolve() == Path(root).expanduser().resolve():
+    elif Path(url).resolve() == Path(root).expanduser().resolve():
         raise GpuauditError("--upload must name another place than --data")

@@ -40,6 +40,7 @@ class DecisionConfig:
     min_trial_hours: float = _num(0.0, 876000.0)
 
 
+GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)
 MONEY_MAX = 1e12  # a larger price is a typo, and would overflow the charts and sums
 
 
@@ -91,14 +92,14 @@ class OnPremConfig:
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    horizon_months: int = _num(1, 1200)
+    horizon_months: int = _num(1, 240)  # 20 years: past that no price or growth guess means anything
     discount_rate_per_year: float = _num(0.0, 1.0)
     fleet_gpus: int = _num(0, 10_000_000)
     bootstrap_resamples: int = _num(0, 1_000_000)
     bootstrap_seed: int = _num(0, None)
     confidence_level: float = _num(0.0, 1.0, above=True)
     sensitivity_fraction: float = _num(0.0, 0.99)
-    growth_rates: tuple[float, ...] = _num(-0.99, 100.0)
+    growth_rates: tuple[float, ...] = _num(-0.99, 10.0)  # a fraction a year: 10 = 1000 %
     stopped_reporting_after_hours: float = _num(0.0, 1e6)
 
 
@@ -277,6 +278,16 @@ def check(cfg: Config) -> None:
             "config error: cloud.spot_share + cloud.reserved_share + cloud.capacity_block_share must be <= 1 "
             f"(the rest is on-demand), got {c.spot_share:g} + {c.reserved_share:g} + {c.capacity_block_share:g}"
         )
+    a = cfg.analysis
+    for g in a.growth_rates:
+        # (1 + g) ** years, compared in logs so that no power overflows
+        if g > 0 and a.horizon_months / 12.0 * math.log1p(g) > math.log(GROWTH_MAX):
+            factor = math.exp(min(a.horizon_months / 12.0 * math.log1p(g), 700.0))
+            raise GpuauditError(
+                f"config error: analysis.growth_rates: {g:g} a year over analysis.horizon_months = "
+                f"{a.horizon_months} multiplies demand {factor:.3g}-fold, more than {GROWTH_MAX:g}; growth is a "
+                "fraction a year (0.25 = 25 %)"
+            )
     if cfg.decision.cloud_below > cfg.decision.on_prem_above:
         raise GpuauditError(
             "config error: decision.cloud_below must be <= decision.on_prem_above, "

@@ -5,7 +5,9 @@ costs
     total(0) = all-cloud: renting all of d (the configured mix, reservations billed 24/7)
     total(N) = owned cost(N) + flexible cloud cost of mean_t max(d_t − N, 0) GPUs,  N ≥ 1
 (bursts above an owned base are bought flexibly: owning the base is what a reservation does in the cloud).
-N* minimizes total over 0..ceil(peak); `n_owning` is the best N ≥ 1 (the hybrid scenario).
+N* minimizes total over 0..ceil(peak); `n_owning` is the best N ≥ 1 (the hybrid scenario). Up to DENSE_MAX GPUs
+every N is priced; above, a grid of about GRID_POINTS counts is refined around its minimum down to every N in a
+window of DENSE_MAX, so time and memory stay bounded whatever the fleet size or growth (see _search_grid).
 
 Two cross-checks that leave fixed costs out, so they answer a different question than N*:
 - the critical fractile (newsvendor): own the k-th GPU when demand reaches k at least c_own(k) / c_cloud of
@@ -17,12 +19,17 @@ Two cross-checks that leave fixed costs out, so they answer a different question
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
+
+DENSE_MAX = 4096  # price every N up to this many GPUs (exact; covers any fleet of normal size)
+GRID_POINTS = 1024  # above it: counts per refinement level (linear and geometric spacing each)
+NEIGHBOURS = 8  # grid points either side of the best that the next level covers
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class Sizing:
     hurdle_gpus: float | None  # GPUs busy around the clock needed to cover fixed_usd; None = never
     agrees: bool
     tolerance: int
-    candidates: np.ndarray  # N = 0..ceil(peak)
+    candidates: np.ndarray  # N = 0..ceil(peak), or the refined grid above DENSE_MAX (sorted, from 0)
     owned_usd: np.ndarray
     cloud_usd: np.ndarray
     overflow_gpu_hours: np.ndarray  # horizon GPU-hours rented at each N
@@ -73,19 +80,88 @@ def share_at_least(demand: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return (d.size - np.searchsorted(d, np.asarray(levels, dtype=float) - 1e-9, side="left")) / d.size
 
 
-def critical_fractile_n(demand: np.ndarray, cloud_rate: float, own_rate: np.ndarray | float) -> int:
+def critical_fractile_n(demand: np.ndarray, cloud_rate: float, own_rate: np.ndarray | float, *,
+                        keep_rate: float | None = None, existing: int = 0) -> int:
     """Largest N such that for every k ≤ N, demand ≥ k at least own_rate(k) / cloud_rate of the time
-    (`own_rate` per level k = 1..ceil(peak), or one rate for all)."""
-    d = np.asarray(demand, dtype=float)
+    (`own_rate` per level k = 1..ceil(peak), or one rate for all; with `keep_rate`, levels k ≤ `existing` use it).
+    With scalar rates the answer is found by bisection (the share of time at ≥ k falls with k), so a fleet of
+    millions costs a few dozen probes, not an array per GPU."""
+    d = np.sort(np.asarray(demand, dtype=float))
     if d.size == 0 or cloud_rate <= 0:
         return 0
-    levels = np.arange(1, math.ceil(float(d.max()) - 1e-9) + 1, dtype=float)
-    if levels.size == 0:
+    top = math.ceil(float(d[-1]) - 1e-9)
+    if top < 1:
         return 0
-    own = np.broadcast_to(np.asarray(own_rate, dtype=float), levels.shape)
-    ok = share_at_least(d, levels) * cloud_rate >= own - 1e-12
-    bad = np.flatnonzero(~ok)
-    return int(bad[0]) if bad.size else int(levels.size)
+    if np.ndim(own_rate) > 0:  # one rate per level: the caller sized the array already
+        levels = np.arange(1, top + 1, dtype=float)
+        own = np.broadcast_to(np.asarray(own_rate, dtype=float), levels.shape)
+        ok = share_at_least(d, levels) * cloud_rate >= own - 1e-12
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if bad.size else int(levels.size)
+
+    def first_bad(lo: int, hi: int, rate: float) -> int | None:
+        """Smallest k in lo..hi where owning the k-th GPU does not pay (the same test as the array form)."""
+        def ok(k: int) -> bool:
+            return bool(share_at_least(d, np.array([float(k)]))[0] * cloud_rate >= rate - 1e-12)
+
+        if lo > hi or ok(hi):
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    own = float(own_rate)
+    pieces = [(1, top, own)]
+    if keep_rate is not None and existing > 0:
+        pieces = [(1, min(existing, top), float(keep_rate)), (existing + 1, top, own)]
+    for lo, hi, rate in pieces:
+        k = first_bad(lo, hi, rate)
+        if k is not None:
+            return k - 1
+    return top
+
+
+def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Counts to price for a peak of `top` GPUs: all of 0..top up to DENSE_MAX. Above, a linear and a geometric
+    grid (plus the kink at the GPUs owned already), refined around the best N ≥ 1: each level spreads
+    GRID_POINTS over the NEIGHBOURS grid points either side of it, until that window is at most DENSE_MAX wide;
+    then every N within DENSE_MAX / 2 of the best is priced. The cost is a convex trend (owned cost grows
+    linearly, the rented overflow falls convexly) plus small steps (a node's staff and space, whole cloud
+    instances): the wide windows keep a step from hiding the minimum behind a grid point's phase."""
+    if top <= DENSE_MAX:
+        return np.arange(0, top + 1, dtype=float)
+    first = np.concatenate([
+        np.arange(0, 257, dtype=float), np.geomspace(256.0, float(top), GRID_POINTS),
+        np.linspace(0.0, float(top), GRID_POINTS),
+        np.array([existing - 1, existing, existing + 1, float(top)], dtype=float),
+    ])
+    cand = np.unique(np.clip(np.rint(first), 0.0, float(top)))
+    tot = total_of(cand)
+
+    def add(points: np.ndarray) -> None:
+        nonlocal cand, tot
+        new = np.setdiff1d(np.clip(np.rint(points), 1.0, float(top)), cand)
+        if new.size:
+            cand, tot = np.concatenate([cand, new]), np.concatenate([tot, total_of(new)])
+            order = np.argsort(cand, kind="stable")
+            cand, tot = cand[order], tot[order]
+
+    for _ in range(64):  # each level narrows the window ~60-fold: a handful of levels reach any float peak
+        i = int(np.argmin(tot[1:])) + 1
+        lo, hi = cand[max(i - NEIGHBOURS, 1)], cand[min(i + NEIGHBOURS, cand.size - 1)]
+        if hi - lo <= DENSE_MAX:
+            best = cand[i]
+            add(np.arange(best - DENSE_MAX // 2, best + DENSE_MAX // 2 + 1))
+            break
+        before = cand.size
+        add(np.linspace(lo, hi, GRID_POINTS))
+        if cand.size == before:  # no integer left between the grid points (a peak beyond float precision)
+            break
+    return cand
 
 
 def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float, watts: float,
@@ -94,18 +170,27 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     `all_cloud_usd` is the total at N = 0."""
     d = np.asarray(demand, dtype=float)
     peak = float(d.max()) if d.size else 0.0
-    candidates = np.arange(0, math.ceil(peak - 1e-9) + 1, dtype=float)
     prices = costs.cloud_prices(cfg)
-    over = overflow_mean(d, candidates, prices.unit)
-    owned = costs.owned_total(costs.owned_cost(cfg, tl, candidates, watts, existing, existing_age_years))
     fixed_cloud = sum(costs.cloud_fixed(cfg, tl).values())
-    flex = over * costs.HOURS_PER_MONTH * prices.flexible * tl.annuity + np.where(over > 1e-12, fixed_cloud, 0.0)
-    cloud = np.where(candidates > 0, flex, 0.0)  # same formula as costs.cloud_bill(cfg, tl, 0, over)
+
+    def price(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean GPUs rented above N, owned cost, cloud cost) for each count N."""
+        over = overflow_mean(d, n, prices.unit)
+        owned = costs.owned_total(costs.owned_cost(cfg, tl, n, watts, existing, existing_age_years))
+        flex = over * costs.HOURS_PER_MONTH * prices.flexible * tl.annuity + np.where(over > 1e-12, fixed_cloud, 0.0)
+        return over, owned, np.where(n > 0, flex, 0.0)  # same formula as costs.cloud_bill(cfg, tl, 0, over)
+
+    def total_of(n: np.ndarray) -> np.ndarray:
+        _, owned, cloud = price(n)
+        return owned + cloud
+
+    candidates = _search_grid(math.ceil(peak - 1e-9), existing, total_of)
+    over, owned, cloud = price(candidates)
     total = owned + cloud
     total[0] = all_cloud_usd  # renting everything: the all-cloud scenario (owned(0) is in it already)
     cloud[0] = all_cloud_usd - owned[0]
-    n_star = int(np.argmin(total))  # argmin takes the smallest N on ties
-    n_owning = int(np.argmin(total[1:]) + 1) if candidates.size > 1 else 0
+    n_star = int(candidates[np.argmin(total)])  # argmin takes the smallest N on ties
+    n_owning = int(candidates[np.argmin(total[1:]) + 1]) if candidates.size > 1 else 0
 
     hours = tl.months * costs.HOURS_PER_MONTH
     # Both sides in the same unit: the cloud's list $/GPU-h and the owned cost levelized to a constant $/h whose
@@ -113,9 +198,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     cloud_rate = prices.flexible
     own_new = costs.owned_marginal_per_hour(cfg, tl, watts)
     own_keep = costs.owned_marginal_per_hour(cfg, tl, watts, keep=True, existing_age_years=existing_age_years)
-    levels = np.arange(1, candidates.size, dtype=float)
-    own_rate = np.where(levels <= existing, own_keep, own_new)
-    fractile = critical_fractile_n(d, cloud_rate, own_rate)
+    fractile = critical_fractile_n(d, cloud_rate, own_new, keep_rate=own_keep, existing=existing)
     u = cloud_rate / own_new if own_new > 0 else math.inf
     fixed = costs.owned_fixed(cfg, tl, existing)
     saving = (cloud_rate - (own_keep if existing > 0 else own_new)) * tl.annuity * costs.HOURS_PER_MONTH

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
+from gpuaudit.cli._common import DataOption, collection_target, data_path, fail, handle_errors
 from gpuaudit.cli.push import DeleteOption, EndpointOption
 
 agent_app = typer.Typer(
@@ -57,7 +57,7 @@ def run(
     host: str | None = HostOption,
     simulate: str | None = SimulateOption,
     simulate_hardware: str = HardwareOption,
-    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
+    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs, 1 to 1024."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated workload."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logs (every flush)."),
     upload: str | None = typer.Option(
@@ -77,6 +77,8 @@ def run(
     if remote.as_url(data):
         fail(f"the agent writes to a local directory, not {remote.as_url(data)}: "
              f"give --data DIR and --upload {remote.as_url(data)} to ship each flush there")
+    if upload:
+        upload = collection_target(upload, "--upload")
     config = AgentConfig(root=data_path(data), interval_s=interval, flush_interval_s=flush_interval,
                          duration_s=duration, once=once, host=host or "", max_buffer_rows=max_buffer_rows,
                          upload=upload, upload_endpoint_url=endpoint_url, delete_after_upload=delete_after_upload)
@@ -103,7 +105,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     simulate: str | None = SimulateOption,
     simulate_hardware: str = HardwareOption,
-    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs."),
+    simulate_gpus: int = typer.Option(8, "--simulate-gpus", help="Simulated GPUs, 1 to 1024."),
 ) -> None:
     """Devices found, which metrics they support (GPM or duty-cycle fallback), whether the agent is running
     (its pid and start time are checked, not just its last flush), and its last flush.

@@ -20,6 +20,7 @@ from gpuaudit.cli._common import (
     data_source,
     fail,
     handle_errors,
+    local_path,
 )
 
 
@@ -45,9 +46,10 @@ def analyze_cmd(
     from gpuaudit.analysis.config import load_config
     from gpuaudit.analysis.pipeline import analyze
     from gpuaudit.analysis.text import summary
-    from gpuaudit.jsonout import dumps
+    from gpuaudit.report.safetext import json_text
     from gpuaudit.store import dataset_exists
 
+    config = local_path(config, "--config", "a file") if config is not None else None
     root = data_source(data)
     if not dataset_exists(root):
         fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
@@ -56,6 +58,7 @@ def analyze_cmd(
                      egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
                      engine=engine)
     if as_json:
-        typer.echo(dumps(result.to_dict(), indent=2, ensure_ascii=False))  # never NaN / Infinity tokens
+        # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal.
+        typer.echo(json_text(result.to_dict(), indent=2))
     else:
         typer.echo(summary(result), nl=False)

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, handle_errors, local_path
 
 import_app = typer.Typer(
     help="Import utilization history from existing monitoring (no agent needed).",
@@ -67,6 +67,10 @@ def prometheus(
     from gpuaudit.importer.timespec import parse_step_s, parse_time
     from gpuaudit.textsafe import printable
 
+    if bearer_token_file is not None:
+        bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")
+    if ca_file is not None:
+        ca_file = local_path(ca_file, "--ca-file", "a file")
     step_s = parse_step_s(step)
     t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
     mapping = build_mapping(metric, label, selector=selector, exporter_pod=exporter_pod)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.cli._common import DataOption, collection_target, data_path, handle_errors
 
 EndpointOption = typer.Option(
     None, "--endpoint-url",
@@ -41,6 +41,7 @@ def push_cmd(
     """
     from gpuaudit import push
 
+    to = collection_target(to, "--to")
     root = data_path(data)
     if follow:
         import signal

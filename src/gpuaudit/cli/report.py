@@ -20,6 +20,7 @@ from gpuaudit.cli._common import (
     ResidencyOption,
     data_source,
     handle_errors,
+    local_path,
 )
 
 OutOption = typer.Option(Path("gpuaudit-report"), "--out", "-o", help="Directory to write the report into.")
@@ -50,6 +51,8 @@ def report_cmd(
     """
     from gpuaudit.report.pipeline import report_dataset
 
+    out = local_path(out, "--out", "a local directory (copy the report to object storage afterwards)")
+    config = local_path(config, "--config", "a file") if config is not None else None
     report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
                    latency_sensitive=latency_sensitive, data_residency=data_residency,
                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
@@ -76,4 +79,5 @@ def demo_cmd(
     """
     from gpuaudit.report.pipeline import run_demo
 
+    out = local_path(out, "--out", "a local directory")
     run_demo(out, scenario=scenario, gpus=gpus, days=days, interval_s=interval, seed=seed, formats=format)

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from gpuaudit.report.model import Report
+from gpuaudit.report.safetext import visible
 
 HTML_TEMPLATE = "report.html.j2"
 MD_TEMPLATE = "report.md.j2"
@@ -23,12 +24,23 @@ def _load_template(name: str) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
+def _html_visible(value: Any) -> Any:
+    """Control and format characters of a printed value made visible (`\\x1b`, `\\u202e`): autoescape only
+    handles & < > " '. Markup (the inlined charts) is trusted and passes as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible(value, keep="\n\t")  # laid out as spaces by HTML
+    return value
+
+
 def _html_env():
     import jinja2
 
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_load_template),
         autoescape=True,  # every value is escaped: names in the data are untrusted
+        finalize=_html_visible,
         undefined=jinja2.StrictUndefined,
         trim_blocks=False,
         lstrip_blocks=False,
@@ -41,12 +53,13 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]{}|~#!$])")
 
 
 def md_escape(value: Any) -> str:
-    """Text safe to drop into Markdown (inline or in a table cell): no markup, no raw HTML, one line."""
+    """Text safe to drop into Markdown (inline or in a table cell): no markup, no raw HTML, one line, no raw
+    control or format character (shown as `\\x1b`, `\\u202e`, whose backslash is then escaped like any)."""
     if value is None:
         return ""
     text = str(value)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = re.sub(r"[\r\n\t]+", " ", text)
+    text = visible(re.sub(r"[\r\n\t]+", " ", text))
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 

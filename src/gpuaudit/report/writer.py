@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.jsonout import dumps
+from gpuaudit.report.safetext import json_text
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult
@@ -120,9 +120,9 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
         step("rendering report.json")
         written.files["json"] = out / FILE_NAMES["json"]
         # Compact: Python's C JSON encoder runs only without indent (measured 0.5 s saved at 100 M rows);
-        # `gpuaudit analyze --json` prints the same object indented for people. Never NaN / Infinity tokens.
-        files.append((written.files["json"], dumps(result.to_dict(), separators=(",", ":"), ensure_ascii=False)
-                      + "\n"))
+        # `gpuaudit analyze --json` prints the same object indented for people. Never NaN / Infinity tokens,
+        # never a raw control or bidi character (JSON escapes: the data round-trips).
+        files.append((written.files["json"], json_text(result.to_dict(), separators=(",", ":")) + "\n"))
     step("writing the report files")
     write_files(out, files)
     return written
