@@ -348,3 +348,74 @@ def test_import_waits_for_a_running_compaction(http: Server, tmp_path: Path) -> 
     assert proc.wait(timeout=60) == 0
     with store.open_dataset(root) as ds:
         assert ds.fetchall("SELECT DISTINCT sm_active FROM samples") == [(0.75,)]
+
+
+# --- values and labels that cannot be stored (adversarial review) -------------------------------------------
+def _gauges(values: dict[str, float], labels: dict[str, str] | None = None) -> Answer:
+    """One GPU at 0.5 SM activity and, from 00:30 on, the given value for each named metric; `labels` are added
+    to every series."""
+
+    def answer(query: str, start: float, end: float, step: float) -> tuple[int, dict[str, str], Any]:
+        grid = [start + i * step for i in range(int((end - start) // step) + 1)]
+        metric = {"Hostname": "h1", "UUID": "GPU-h1", "gpu": "0", "modelName": "H100", **(labels or {})}
+        named = [v for name, v in values.items() if name in query]
+        if "SM_ACTIVE" in query:
+            return 200, {}, _matrix([(metric, [[t, "0.5"] for t in grid])])
+        if named:
+            return 200, {}, _matrix([(metric, [[t, str(named[0] if t >= START.timestamp() + 1800 else 1)]
+                                                for t in grid])])
+        return 200, {}, _matrix([])
+
+    return answer
+
+
+@pytest.mark.parametrize(("values", "labels", "needles"), [
+    ({"DCGM_FI_DEV_FB_USED": -5}, None, ["DCGM_FI_DEV_FB_USED{", "= -5 at 2026-01-05T00:30:00Z", "negative"]),
+    ({"DCGM_FI_DEV_FB_FREE": -1}, None, ["DCGM_FI_DEV_FB_FREE{", "= -1 at", "negative"]),
+    ({"DCGM_FI_DEV_GPU_TEMP": 70000}, None, ["DCGM_FI_DEV_GPU_TEMP{", "= 70000 at", "temperature"]),
+    ({"DCGM_FI_DEV_GPU_TEMP": -1e9}, None, ["DCGM_FI_DEV_GPU_TEMP{", "= -1e+09 at", "temperature"]),
+    ({"DCGM_FI_DEV_FB_USED": 1e30}, None, ["DCGM_FI_DEV_FB_USED{", "= 1e+30 at", "too large"]),
+    ({"DCGM_FI_DEV_POWER_USAGE": 1e300}, None, ["DCGM_FI_DEV_POWER_USAGE{", "= 1e+300 at", "too large"]),
+    ({}, {"GPU_I_ID": "70000"}, ['GPU_I_ID="70000"', "MIG instance"]),
+    ({}, {"gpu": "99999999999"}, ['gpu="99999999999"', "GPU index"]),
+    ({}, {"GPU_I_ID": "-1"}, ['GPU_I_ID="-1"', "MIG instance"]),
+])
+def test_values_and_labels_that_cannot_be_stored_are_refused(http: Server, tmp_path: Path, values: dict[str, float],
+                                                             labels: dict[str, str] | None, needles: list[str]) -> None:
+    root = tmp_path / "d"
+    http.answer = fleet(["h1"])
+    _import(http, root)
+    before = _snapshot(root)
+    http.answer = _gauges(values, labels)
+    with pytest.raises(GpuauditError, match=r"nothing imported") as e:
+        _import(http, root)
+    assert "\n" not in str(e.value)
+    for needle in needles:
+        assert needle in str(e.value), str(e.value)
+    assert _snapshot(root) == before and not _stages(root)
+
+
+def test_a_huge_temperature_is_one_line_from_the_cli(http: Server, tmp_path: Path) -> None:
+    http.answer = _gauges({"DCGM_FI_DEV_GPU_TEMP": 70000})
+    r = run_cli("import", "prometheus", "--url", _url(http), "--start", START.isoformat(), "--end", END.isoformat(),
+                "--retries", "0", "-q", "--data", str(tmp_path / "d"))
+    assert r.returncode == 2, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith("gpuaudit: error: bad value from ") and "DCGM_FI_DEV_GPU_TEMP{" in line, line
+
+
+def test_sane_memory_temperature_and_mig_labels_import(http: Server, tmp_path: Path) -> None:
+    http.answer = _gauges({"DCGM_FI_DEV_FB_USED": 4096, "DCGM_FI_DEV_GPU_TEMP": 65}, {"GPU_I_ID": "3"})
+    result = _import(http, tmp_path / "d")
+    assert result.sample_rows == 120
+    with store.open_dataset(tmp_path / "d") as ds:
+        assert ds.fetchall("SELECT max(mem_used_bytes), max(temp_c), min(mig_instance) FROM samples") == [
+            (4096 * 1024 * 1024, 65, 3)]
+
+
+def test_a_deeply_nested_answer_is_malformed_not_a_crash(http: Server, tmp_path: Path) -> None:
+    deep = b'{"status":"success","data":{"resultType":"matrix","result":' + b"[" * 100000 + b"]" * 100000 + b"}}"
+    http.answer = lambda q, s, e, st: (200, {"Content-Type": "application/json"}, deep)
+    with pytest.raises(GpuauditError, match=r"malformed response from .*nested too deeply"):
+        _import(http, tmp_path / "d")
+    assert _snapshot(tmp_path / "d") == {}

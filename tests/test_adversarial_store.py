@@ -281,11 +281,12 @@ def test_percent_sm_active_in_one_days_file_is_excluded(tmp_path: Path) -> None:
 
     root = write(tmp_path / "data", gpu_rows("h", "GPU-0", 1440, sm=0.5, procs=1))
     day2 = gpu_rows("h", "GPU-0", 1440, start=T0 + timedelta(days=1), sm=50.0, duty=0.9, procs=1)
-    raw_file(root, schema.SAMPLES, day2[:-1], "percent")  # the last row ends on the next date
+    path = raw_file(root, schema.SAMPLES, day2[:-1], "percent")  # the last row ends on the next date
     result = analyze(root)
-    assert 0 <= result.utilization.real_utilization.value <= 1
-    with store.open_dataset(root) as ds:
-        assert ds.rejected_rows() == [(schema.SAMPLES, "sm_active outside 0-1", 1439)]
+    assert result.utilization.real_utilization.value == pytest.approx(0.5)
+    with store.open_dataset(root) as ds:  # left out whole, as a file (its duty cycle of 0.9 is percent too)
+        assert ds.rejected_rows() == []
+        assert ds.skipped == [(path, "values above 1: percent, not fractions? (sm_active up to 50)")]
 
 
 def test_a_row_from_1970_does_not_stretch_the_trial(tmp_path: Path) -> None:
@@ -307,11 +308,12 @@ def test_a_varchar_column_does_not_abort_analyze_or_sql(tmp_path: Path) -> None:
     text = pl.col("sm_active").cast(pl.String)
     raw_file(root, schema.SAMPLES, day2, "strings", change=lambda f: f.with_columns(  # "0.25", and 3 x "n/a"
         sm_active=pl.when(pl.int_range(pl.len()) < 3).then(pl.lit("n/a")).otherwise(text)))
-    # ts as text is fine (UTC); ts as an integer is not a timestamp: every row of that file is rejected.
+    # ts as text is fine (UTC); ts as an integer is not a timestamp: that file is left out whole.
     day3 = gpu_rows("h", "GPU-1", 10, start=T0 + timedelta(days=1), sm=0.5)
     raw_file(root, schema.SAMPLES, day3, "textts",
              change=lambda f: f.with_columns(pl.col("ts").dt.to_string("%Y-%m-%d %H:%M:%S")))
-    raw_file(root, schema.SAMPLES, day3, "intts", change=lambda f: f.with_columns(pl.col("ts").cast(pl.Int64)))
+    intts = raw_file(root, schema.SAMPLES, day3, "intts",
+                     change=lambda f: f.with_columns(pl.col("ts").cast(pl.Int64)))
     r = run_cli("analyze", "-d", str(root), "--json")
     assert r.returncode == 0, r.stderr
     real = json.loads(r.stdout)["utilization"]["real_utilization"]["value"]
@@ -322,8 +324,8 @@ def test_a_varchar_column_does_not_abort_analyze_or_sql(tmp_path: Path) -> None:
     with store.open_dataset(root) as ds:
         types = dict(ds.fetchall("SELECT column_name, column_type FROM (DESCRIBE samples)"))
         assert types["sm_active"] == "FLOAT" and types["ts"] == "TIMESTAMP WITH TIME ZONE"
-        assert sorted(ds.rejected_rows()) == [(schema.SAMPLES, "sm_active not convertible to FLOAT", 3),
-                                              (schema.SAMPLES, "ts not convertible to TIMESTAMPTZ", 10)]
+        assert ds.rejected_rows() == [(schema.SAMPLES, "sm_active not convertible to FLOAT", 3)]
+        assert ds.skipped == [(intts, "ts is BIGINT, not a TIMESTAMP or TIMESTAMPTZ")]
 
 
 def test_out_of_contract_rows_are_excluded_and_counted(tmp_path: Path, caplog) -> None:
@@ -331,15 +333,16 @@ def test_out_of_contract_rows_are_excluded_and_counted(tmp_path: Path, caplog) -
     good = gpu_rows("h", "GPU-0", 20, sm=0.5, procs=1)
     bad = gpu_rows("h", "GPU-1", 13, sm=0.5, procs=1)
     for row, edit in zip(bad, [
-        {"sm_active": 1.5}, {"sm_active": float("nan")}, {"duty_cycle": -0.5}, {"interval_s": 0.0},
+        {"sm_active": -1.5}, {"sm_active": float("nan")}, {"duty_cycle": -0.5}, {"interval_s": 0.0},
         {"interval_s": 1e6}, {"power_w": -5.0}, {"energy_j": float("inf")}, {"mem_used_bytes": -1},
-        {"gpu_uuid": None}, {"ts": datetime(2035, 1, 1, tzinfo=UTC)}, {"gpu_fraction": 7.0},
+        {"gpu_uuid": None}, {"ts": datetime(2035, 1, 1, tzinfo=UTC)}, {"gpu_fraction": -7.0},
         {"tensor_active": float("-inf")}, {"n_processes": None},
     ], strict=True):
         row.update(edit)
     path = raw_file(root, schema.SAMPLES, good + bad)
     procs = [{**p, "sm_util": None} for p in proc_rows("h", "GPU-0", [T0 + timedelta(minutes=i) for i in range(5)])]
-    procs[0]["sm_util"], procs[1]["mem_used_bytes"], procs[2]["ts"] = 2.0, -1, datetime(1999, 12, 31, tzinfo=UTC)
+    # (A fraction above 1 would leave the whole file out as percent-valued: test_adversarial_review.py.)
+    procs[0]["sm_util"], procs[1]["mem_used_bytes"], procs[2]["ts"] = -2.0, -1, datetime(1999, 12, 31, tzinfo=UTC)
     raw_file(root, schema.PROCESSES, procs)
     with store.open_dataset(root) as ds:
         assert ds.fetchall("SELECT count(*) FROM samples") == [(20,)]

@@ -9,13 +9,23 @@ again, cheaply:
   VARCHAR, ts as text, DOUBLE for FLOAT) is cast to the contract type with TRY_CAST semantics, per group of
   files with the same types; a value that does not convert rejects its row. The files gpuaudit wrote all
   have the contract types: they stay one read_parquet, as before.
+- Per file, a column of a type that cannot hold the contract's values (sm_active as BOOLEAN would read as
+  1.0; ts as DATE puts every row at midnight) leaves the file out whole (type_problems).
+- Per file, a fraction column with a value above 1 marks the whole file as percent-valued (a producer that
+  wrote 0-100): its values <= 1 are percent too, not fractions, so none of its rows is kept (percent_files;
+  from the footers' statistics, reading values only where those cannot tell).
 - Per row, a WHERE in the view: required columns non-null; fractions in 0-1 (the writer's tolerance);
   interval_s in (0, 86400]; ts from 2000-01-01 to "now" + 1 day; no NaN or infinity; no negative power,
   energy or memory. Rows that fail are not in the views; Dataset.rejected_rows() counts them by reason.
+  Every text column is also measured (length), so that DuckDB decodes it: text that is not UTF-8 then fails
+  every query of the view alike, and the reader leaves that file out (Dataset._retry), whichever columns the
+  query asked for.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple, TypeVar
@@ -82,6 +92,79 @@ def read_types(con: duckdb.DuckDBPyConnection, files: Sequence[F]) -> dict[F, Ty
     return out
 
 
+# The file types a contract column is read from (TRY_CAST row by row; text is parsed). Any other type cannot
+# hold its values: a boolean is not a fraction (it casts to 1.0), a date is not a time of day.
+_NUMBER = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
+_TIME = re.compile(r"TIMESTAMP(TZ)?(_S|_MS|_NS)?( WITH TIME ZONE)?")
+_TEXT_OR_NULL = re.compile(r'VARCHAR|"?NULL"?')  # text is parsed; an all-null column holds nothing wrong
+_READABLE_AS = {"FLOAT": (_NUMBER, "a number"), "SMALLINT": (_NUMBER, "a number"), "INTEGER": (_NUMBER, "a number"),
+                "BIGINT": (_NUMBER, "a number"), "TIMESTAMPTZ": (_TIME, "a TIMESTAMP or TIMESTAMPTZ")}
+# Above this, a fraction is percent: the row tolerance, and float32's rounding of it.
+PERCENT_ABOVE = 1 + schema.FRACTION_TOLERANCE + 1e-6
+
+
+def type_problems(table: str, types: Types | None) -> list[str]:
+    """Why a file's columns cannot be read as the contract's, e.g. ["sm_active is BOOLEAN, not a number"]."""
+    out = []
+    for c in schema.stored_columns(table):
+        have = (types or {}).get(c.name)
+        rule = _READABLE_AS.get(c.sql_type)
+        if have is None or rule is None or _TEXT_OR_NULL.fullmatch(have) or rule[0].fullmatch(have):
+            continue
+        out.append(f"{c.name} is {have}, not {rule[1]}")
+    return out
+
+
+def percent_files(con: duckdb.DuckDBPyConnection, table: str, files: Sequence[F], types: Mapping[F, Types | None]
+                  ) -> dict[F, str]:
+    """The files holding a fraction column above 1 (PERCENT_ABOVE), with why: "values above 1: percent, not
+    fractions? (sm_active up to 50)". Cheap: numeric columns from the footers' row-group statistics (one
+    parquet_metadata call, served by the connection's metadata cache); the values are read only for a column
+    of text or whose statistics are missing or not finite. Raises duckdb.Error on a file it cannot read."""
+    fractions = schema.FRACTIONS.get(table, ())
+    numeric: dict[F, list[str]] = {}
+    scan: dict[F, set[str]] = {}
+    for f in files:
+        for col in fractions:
+            have = (types.get(f) or {}).get(col)
+            if have is None or re.fullmatch(r'"?NULL"?', have):
+                continue
+            (numeric.setdefault(f, []).append(col) if _NUMBER.fullmatch(have) else scan.setdefault(f, set()).add(col))
+    highest: dict[F, dict[str, float]] = {}
+    if numeric:
+        by_name = {s: f for f in numeric for s in _spellings(str(f))}
+        wanted = sorted({c for cols in numeric.values() for c in cols})
+        rows = con.execute(
+            "SELECT file_name, path_in_schema, max(TRY_CAST(stats_max_value AS DOUBLE)), "
+            # a row group whose maximum cannot be known from its statistics (none written, or all NaN)
+            "bool_or(coalesce(NOT isfinite(TRY_CAST(stats_max_value AS DOUBLE)), "
+            "coalesce(stats_null_count, -1) <> num_values)) "
+            "FROM parquet_metadata(?) WHERE path_in_schema IN (SELECT unnest(?)) GROUP BY ALL",
+            [[str(f) for f in numeric], wanted]).fetchall()
+        for file_name, col, top, unknown in rows:
+            f = by_name.get(file_name)
+            if f is None or col not in numeric[f]:
+                continue
+            if unknown:
+                scan.setdefault(f, set()).add(col)
+            elif top is not None:
+                highest.setdefault(f, {})[col] = top
+    for f, cols in scan.items():
+        values = [f"TRY_CAST({schema.quote_ident(c)} AS DOUBLE)" for c in sorted(cols)]
+        tops = con.execute(
+            f"SELECT {', '.join(f'max(CASE WHEN isfinite({v}) THEN {v} END)' for v in values)} "
+            "FROM read_parquet(?)", [str(f)]).fetchone() or ()
+        for col, top in zip(sorted(cols), tops, strict=True):
+            if top is not None:
+                highest.setdefault(f, {})[col] = top
+    out: dict[F, str] = {}
+    for f, tops in highest.items():
+        above = [f"{c} up to {v:g}" for c, v in sorted(tops.items()) if math.isfinite(v) and v > PERCENT_ABOVE]
+        if above:
+            out[f] = f"values above 1: percent, not fractions? ({', '.join(above)})"
+    return out
+
+
 def missing_required(table: str, types: Types | None) -> list[str]:
     """Required stored columns a file lacks (none when its types are unknown)."""
     if types is None:
@@ -144,6 +227,10 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
             rule = (f"{c.name} outside 0-1", f"{q} BETWEEN {-tol} AND {1 + tol}")
         elif c.name in schema.NON_NEGATIVE.get(table, ()):
             rule = (f"{c.name} negative", f"{q} >= 0")
+        elif c.sql_type == "VARCHAR" and c.name not in schema.PARTITION_KEYS:
+            # Never false: measuring the text makes DuckDB decode it, and text that is not UTF-8 fails the query
+            # (which names the file), however little of the view the query reads.
+            rule = (f"{c.name} not UTF-8 text", f"length({q}) >= 0")
         else:
             rule = None
         checks = [(f"{c.name} is NaN or infinite", f"isfinite({q})", True)] if is_float else []
@@ -154,12 +241,12 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
 
 
 def select(table: str, sources: Sequence[tuple[str, Types | None]], *, now: datetime | None,
-           reasons: bool = False) -> str:
+           reasons: bool = False, file_column: str = "filename") -> str:
     """The view's SELECT: one branch per source (a FROM clause, and the contract columns its files have with
     their types, or None when unknown: every column is then cast and the FROM must have them all), UNION ALL.
     Columns come out in contract order, cast to the contract types, plus `date`; rows breaking a rule are
     left out. With `reasons`, every row comes out instead as (reason, filename): the first rule it breaks, or
-    NULL (the FROM clauses must then have `filename`)."""
+    NULL (the FROM clauses must then have `file_column`, the file's name)."""
     checks = row_checks(table, now)
     keep = " AND ".join(ck.ok for ck in checks if ck.filtered)
     named = " ".join(f"WHEN NOT ({ck.ok}) THEN {_sql_str(ck.reason)}" for ck in checks)
@@ -182,7 +269,8 @@ def select(table: str, sources: Sequence[tuple[str, Types | None]], *, now: date
         if reasons:
             bad = " ".join(f"WHEN NOT {ok} THEN {_sql_str(r)}" for r, ok in convertible)
             flag = f"CASE {bad} END" if bad else "CAST(NULL AS VARCHAR)"
-            inner = f"SELECT {', '.join(cols)}, filename, {flag} AS {_UNCONVERTIBLE} FROM {scan}"
+            file = schema.quote_ident(file_column)
+            inner = f"SELECT {', '.join(cols)}, {file} AS filename, {flag} AS {_UNCONVERTIBLE} FROM {scan}"
             branches.append(f"SELECT CASE WHEN {_UNCONVERTIBLE} IS NOT NULL THEN {_UNCONVERTIBLE} {named} END "
                             f"AS reason, filename FROM ({inner})")
         else:  # the raw values are checked before the cast hides them, the rules after it

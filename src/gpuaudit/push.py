@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from gpuaudit import remote, schema, store
+from gpuaudit import jsonfile, remote, schema, store
 from gpuaudit.errors import GpuauditError
 
 log = logging.getLogger("gpuaudit.push")
@@ -354,7 +354,7 @@ class Manifest:
         if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
-                    entry = json.loads(line)
+                    entry = jsonfile.loads(line)
                     self.entries[entry["f"]] = entry
                     self.lines += 1
                 except (ValueError, KeyError, TypeError):  # a torn last line after a crash: re-checked remotely
@@ -506,7 +506,7 @@ class _Run:
         # Records are parsed only while one of them still has superseded files to remove (once each): a
         # compacted day keeps a record listing up to a day of flushes, and the uploader runs every minute.
         if any(n in done and not self.manifest.entries.get(f"{prefix}/{n}", {}).get("p") for n in record_names):
-            records = {n: r for n in record_names if (r := _read_record(part_dir / n))}
+            records = store.acting_records({n: r for n in record_names if (r := _read_record(part_dir / n))}, part_dir)
             self.prune(prefix, records, done)
 
     def ship(self, rel: str, path: Path, *, deletable: bool) -> bool:
@@ -588,7 +588,7 @@ class _Run:
 
 def _read_record(path: Path) -> dict[str, Any] | None:
     try:
-        r = json.loads(path.read_text(encoding="utf-8"))
+        r = jsonfile.read_json_file(path)
     except (OSError, ValueError):
         return None
     ok = isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list)

@@ -13,12 +13,12 @@ Every filesystem is created by `filesystem()`: s3fs is imported only here, only 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit import jsonfile
 from gpuaudit.errors import GpuauditError
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def table_files(url: str, table: str) -> tuple[list[str], list[tuple[str, str]]]
             raise GpuauditError(f"cannot read compaction records under {scheme}://{root}: {describe_error(e)}") from e
         for key, blob in blobs.items():
             try:
-                records.setdefault(key.rsplit("/", 1)[0], []).append(json.loads(blob))
+                records.setdefault(key.rsplit("/", 1)[0], []).append(jsonfile.loads(blob))
             except (TypeError, ValueError):  # an error object, or damaged JSON: ignored, as on disk
                 continue
     good: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -14,7 +15,7 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from gpuaudit import jsonout
+from gpuaudit import jsonfile, jsonout
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import Dataset
 from gpuaudit.textsafe import printable
@@ -55,15 +56,15 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     if not statements:
         raise GpuauditError("no SQL statement given")
     for st in statements:
-        if st.type not in _READ_ONLY:
+        if _type(st) not in _READ_ONLY:
             raise GpuauditError(f"refused: {_kind(st)} statements are not allowed; {_READ_ONLY_HELP}")
     if len(statements) > 1:
         raise GpuauditError("one statement at a time, please")
     st = statements[0]
-    if st.type != duckdb.StatementType.EXPLAIN:
+    if _type(st) != duckdb.StatementType.EXPLAIN:
         return st.query
     target = _parse(con, _explained(st.query))
-    if len(target) != 1 or target[0].type != duckdb.StatementType.SELECT:
+    if len(target) != 1 or _type(target[0]) != duckdb.StatementType.SELECT:
         kind = _kind(target[0]) if len(target) == 1 else "a missing or multiple"
         raise GpuauditError(f"refused: EXPLAIN of {kind} statements is not allowed; {_READ_ONLY_HELP}")
     return target[0].query
@@ -76,8 +77,21 @@ def _parse(con: duckdb.DuckDBPyConnection, sql: str) -> list[Any]:
         raise GpuauditError(f"SQL syntax error: {str(e).strip().splitlines()[0]}") from e
 
 
+def _type(statement: Any) -> Any:
+    """The statement's StatementType, or None for a type this duckdb module has no name for (UPDATE EXTENSIONS
+    in DuckDB 2.0: reading `.type` raises ValueError): not read-only, whatever it is."""
+    try:
+        return statement.type
+    except ValueError:
+        return None
+
+
 def _kind(statement: Any) -> str:
-    return str(statement.type).rsplit(".", 1)[-1]
+    kind = _type(statement)
+    if kind is None:
+        words = statement.query.split()[:2]
+        return " ".join(words).upper() if words else "unknown"
+    return str(kind).rsplit(".", 1)[-1]
 
 
 def _explained(sql: str) -> str:
@@ -101,7 +115,10 @@ def check_plan(ds: Dataset, sql: str) -> None:
     ).fetchall()}
     allowed = {name.upper() for name in _TABLE_FUNCTIONS}
     [(_, plan)] = ds.fetchall(f"EXPLAIN (FORMAT json) {sql}")
-    stack = json.loads(plan)
+    try:
+        stack = jsonfile.loads(plan)
+    except ValueError as e:  # a plan nested deeper than Python's parser goes: not checkable, so not run
+        raise GpuauditError(f"refused: the query's plan cannot be checked ({e}); {_READ_ONLY_HELP}") from e
     while stack:
         node = stack.pop()
         name = str(node.get("name", "")).strip().upper()
@@ -116,6 +133,65 @@ def run_query(ds: Dataset, sql: str) -> Any:
     ds.lock_down()
     check_plan(ds, target)
     return ds.arrow(sql)
+
+
+def _temporal(t: Any) -> bool:
+    """Whether Arrow type `t` is or holds a timestamp or date (Python's datetime stops at year 9999)."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return True
+    if isinstance(t, pa.ExtensionType):
+        return _temporal(t.storage_type)
+    return any(_temporal(t.field(i).type) for i in range(t.num_fields)) if pa.types.is_nested(t) else False
+
+
+def _fits_python(column: Any) -> bool:
+    """Whether every value of `column` converts to a Python object: DuckDB's timestamps reach year 294247
+    and 'infinity', Python's end at 9999 (to_pylist raises OverflowError). A plain timestamp or date column is
+    checked by its extremes, vectorized (a day inside Python's range, so a time zone never tips it over); a
+    nested one by converting it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = column.type
+    day_s, first_s, end_s = 86400, -62135596800, 253402300800  # 0001-01-01 and 10000-01-01, from the epoch
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        per_s = (1 / day_s if pa.types.is_date32(t) else 1000 if pa.types.is_date64(t)
+                 else {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}[t.unit])
+        try:
+            extremes = pc.min_max(column.cast(pa.int32() if pa.types.is_date32(t) else pa.int64())).as_py()
+        except pa.ArrowException:
+            extremes = None
+        if extremes is not None:
+            if extremes["min"] is None:  # every value null
+                return True
+            return bool((first_s + day_s) * per_s <= extremes["min"] and extremes["max"] <= (end_s - day_s) * per_s)
+    try:
+        column.to_pylist()
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def python_safe(table: Any) -> Any:
+    """`table` with each column holding a timestamp or date Python cannot represent ('infinity', year 294247)
+    replaced by DuckDB's own text for its values, so that table, JSON and CSV output show them instead of
+    failing (or printing a placeholder). Other columns keep their types."""
+    import pyarrow as pa
+
+    for i, f in enumerate(table.schema):
+        if not _temporal(f.type) or _fits_python(table.column(i)):
+            continue
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.register("_col", pa.table({"v": table.column(i)}))
+            text = con.sql("SELECT CAST(v AS VARCHAR) AS v FROM _col").to_arrow_table().column(0)
+        finally:
+            con.close()
+        table = table.set_column(i, f.name, text.cast(pa.string()))
+    return table
 
 
 def _cell(value: Any) -> str:
@@ -208,13 +284,16 @@ def _csv_cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(_plain(value), default=_json_default)
 
 
-def format_csv(table: Any) -> str:
-    """CSV; a column the CSV writer cannot take (list, struct, map, union, interval, blob) as JSON text."""
+def format_csv(table: Any, *, escape: bool = False) -> str:
+    """CSV; a column the CSV writer cannot take (list, struct, map, union, interval, blob) as JSON text.
+    `escape`: control and format characters in the data written as visible escapes (textsafe.printable), for
+    a terminal or a pipe; a file (--out) keeps the data exact."""
     import io
 
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    table = python_safe(table)
     for i, f in enumerate(table.schema):
         t = f.type
         if (pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t) or pa.types.is_binary(t)
@@ -223,13 +302,38 @@ def format_csv(table: Any) -> str:
             table = table.set_column(i, f.name, pa.array(text, pa.string()))
     buf = io.BytesIO()
     pacsv.write_csv(table, buf)
-    return buf.getvalue().decode("utf-8")
+    text = buf.getvalue().decode("utf-8")
+    # The CSV writer quotes a value with \n or \r, and an escaped value never holds either: escaping after
+    # writing keeps every row on its line. Header names are data too.
+    return "\n".join(printable(line) for line in text.split("\n")) if escape else text
+
+
+# A URL as typed ("s3://b/k") or after pathlib collapsed its "//" ("s3:/b/k"); two letters or more, as cli/_common.
+_URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
+
+
+def out_path(out: Path | str) -> Path:
+    """--out as a local path, as cli/_common.local_path treats other commands' --out: a URL (or `s3:bucket`) is
+    refused, never written as a local folder named `s3:`; `~` or `~user` is expanded (an unknown user is an
+    error, not a folder named `~user`)."""
+    text = str(out)
+    m = _URL_RE.match(text)
+    if m or text[:3].lower() == "s3:":
+        shown = f"{m.group(1)}://{m.group(2)}" if m else text
+        raise GpuauditError(f"--out {shown!r} looks like a URL: --out takes a local file (write it, then copy it)")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
+        raise GpuauditError(f"bad --out {text!r}: cannot expand '~' (no such user or home directory)") from None
 
 
 def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
-    """Render `table` as `fmt`; writes to `out` when given (required for parquet), else returns the text."""
+    """Render `table` as `fmt`; writes to `out` when given (required for parquet), else returns the text.
+    Text for stdout (table, csv) has control characters escaped; a file gets the data exactly."""
     if fmt not in FORMATS:
         raise GpuauditError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if out is not None:
+        out = out_path(out)
     if fmt == "parquet":
         if out is None:
             raise GpuauditError("--format parquet needs --out FILE")
@@ -248,7 +352,10 @@ def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
 
         write_file(out, parquet)
         return None
-    text = {"table": format_table, "csv": format_csv, "json": format_json}[fmt](table)
+    if fmt == "csv":
+        text = format_csv(table, escape=out is None)
+    else:
+        text = {"table": format_table, "json": format_json}[fmt](python_safe(table))
     if out is None:
         return text
     data = text.encode("utf-8")
@@ -278,5 +385,6 @@ def write_file(out: Path, write: Callable[[BinaryIO], Any]) -> None:
     except OSError as e:
         raise GpuauditError(f"cannot write {out}: {e.strerror or e}") from e
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:  # never created when its directory is not one (ENOTDIR): nothing to remove
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)

@@ -21,24 +21,25 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import duckdb
 
-from gpuaudit import conformance, remote, schema
+from gpuaudit import conformance, jsonfile, remote, schema
 from gpuaudit.errors import GpuauditError
 
 if TYPE_CHECKING:
     import polars as pl
 
 log = logging.getLogger("gpuaudit.store")
+K = TypeVar("K", bound=Hashable)
 
 DEFAULT_DATA = "gpuaudit-data"
 STAGING = ".staging"
@@ -405,8 +406,8 @@ def read_json(root: Path | str, name: str) -> Any:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        return jsonfile.read_json_file(path)
+    except (OSError, ValueError) as e:  # ValueError: not JSON, not UTF-8, or nested too deeply
         log.warning("ignoring unreadable %s: %s", path, e)
         return None
 
@@ -452,17 +453,21 @@ def _parquet_problem(path: Path) -> str | None:
     return None
 
 
-def superseded(names: Iterable[str], records: Iterable[Any]) -> set[str]:
+def superseded(names: Iterable[str], records: Iterable[Any], where: object = None) -> set[str]:
     """The names a partition's compaction records hide. A record {"new": merged, "old": [inputs]} applies when
     its merged file is present, or is itself hidden by a record that applies (it was compacted again); one
     whose merged file never landed (a crash before publishing it) hides nothing. The same rule serves a node's
     disk (a crash mid-compaction) and a collection target, where the inputs may have been pushed before the
-    merged file: records are kept and pushed, so no row is ever counted twice (see push.py)."""
+    merged file: records are kept and pushed, so no row is ever counted twice (see push.py). Records that
+    replace each other in a cycle (no compaction writes them: hand-made or foreign) hide nothing, with a
+    warning naming `where` (the partition)."""
     present = set(names)
-    edges = []
-    for r in records:
-        if isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list):
-            edges.append((r["new"], {o for o in r["old"] if isinstance(o, str) and o != r["new"]}))
+    valid = [r for r in records if _is_record(r)]
+    cyclic = in_cycles(valid)
+    if cyclic:
+        _warn_cycle(where, [valid[i]["new"] for i in sorted(cyclic)])
+    edges = [(r["new"], {o for o in r["old"] if isinstance(o, str) and o != r["new"]})
+             for i, r in enumerate(valid) if i not in cyclic]
     hidden: set[str] = set()
     grew = True
     while grew:  # a chain of compactions is a few records long
@@ -472,6 +477,48 @@ def superseded(names: Iterable[str], records: Iterable[Any]) -> set[str]:
                 hidden |= old
                 grew = True
     return hidden
+
+
+def _is_record(r: Any) -> bool:
+    return isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list)
+
+
+def in_cycles(records: Sequence[Mapping[str, Any]]) -> set[int]:
+    """Indices of the records on a cycle of "replaces": A's merged file among B's inputs and B's among A's
+    (or a longer ring). Real compactions form chains, each merged file newer than its inputs; a cycle would
+    have each record hide the other's file, so both files, and all their rows, would vanish."""
+    takers: dict[str, list[int]] = {}  # file name -> the records that list it among their inputs
+    for i, r in enumerate(records):
+        for o in r["old"]:
+            if isinstance(o, str):
+                takers.setdefault(o, []).append(i)
+    out: set[int] = set()
+    for start in range(len(records)):
+        stack, seen = list(takers.get(records[start]["new"], ())), set()
+        while stack:  # the records that (transitively) replace start's merged file
+            i = stack.pop()
+            if i == start:
+                out.add(start)
+                break
+            if i not in seen:
+                seen.add(i)
+                stack.extend(takers.get(records[i]["new"], ()))
+    return out
+
+
+def _warn_cycle(where: object, news: Sequence[str]) -> None:
+    log.warning("ignoring compaction journals in %s that replace each other in a cycle (merged files %s); they "
+                "hide and delete nothing: look at them, then remove them", where or "a partition", ", ".join(news))
+
+
+def acting_records(records: Mapping[K, Any], where: object = None) -> dict[K, Any]:
+    """`records` (name -> parsed record) without those on a cycle (see in_cycles): the ones a caller may delete
+    files on the basis of."""
+    names = [n for n, r in records.items() if _is_record(r)]
+    cyclic = in_cycles([records[n] for n in names])
+    if cyclic:
+        _warn_cycle(where, [records[names[i]]["new"] for i in sorted(cyclic)])
+    return {n: records[n] for i, n in enumerate(names) if i not in cyclic}
 
 
 def has_supersedable(names: Iterable[str]) -> bool:
@@ -494,14 +541,14 @@ def _journal_hidden(part_dir: Path, names: Iterable[str]) -> set[str]:
         record = load_journal(part_dir / name)
         if record is not None:
             records.append(record)
-    return superseded(names, records) if records else set()
+    return superseded(names, records, part_dir) if records else set()
 
 
 def load_journal(path: Path) -> dict[str, Any] | None:
     """A compaction journal {"new": merged file, "old": [the files it replaces]}, or None, with a warning naming
     it, when the file is not one (hand-edited, truncated, foreign): it then hides and deletes nothing."""
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = jsonfile.read_json_file(path)
     except (OSError, ValueError) as e:
         problem = f"unreadable: {e}"
     else:
@@ -549,6 +596,11 @@ def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Pa
     return good, bad
 
 
+# The column read_parquet adds with each row's file (for rejected_rows): a name no file has, as a foreign file
+# may well have a `filename` column (DuckDB then refuses to add its own).
+_FILE_COLUMN = "__gpuaudit_file"
+
+
 @dataclass
 class Dataset:
     """A dataset root opened for reading: DuckDB views `samples` and `processes` over its Parquet files."""
@@ -559,6 +611,7 @@ class Dataset:
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # whole files left out, and why
     now: datetime | None = None  # bounds ts (conformance.py); open_dataset sets it, tests inject it
     types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
+    values_checked: set[Any] = field(default_factory=set)  # files conformance.percent_files has passed
     locked: bool = False  # see lock_down
 
     def _skip(self, path: Path, reason: str, what: str = "unreadable file") -> None:
@@ -576,19 +629,31 @@ class Dataset:
 
     def _check_files(self) -> None:
         """Read the footers of the files not seen yet (one call for all) and leave out those that lack the
-        contract's required columns: whatever they are, they are not gpuaudit rows."""
+        contract's required columns or have one of a type that cannot hold its values, and those whose fractions
+        are percent (conformance.percent_files): whatever they are, they are not gpuaudit rows."""
         new = [f for files in self.files.values() for f in files if f not in self.types]
         self.types.update(conformance.read_types(self.con, new))
         for table, files in self.files.items():
-            for f in [f for f in files if conformance.missing_required(table, self.types.get(f))]:
+            for f in list(files):
+                missing = conformance.missing_required(table, self.types.get(f))
+                why = (f"missing required column(s) {', '.join(missing)}" if missing else
+                       "; ".join(conformance.type_problems(table, self.types.get(f))))
+                if why:
+                    files.remove(f)
+                    self._skip(f, why, f"file outside the {table} contract")
+            # Only files not checked yet: a damaged one raises here, _retry drops it and binds again.
+            unchecked = [f for f in files if f not in self.values_checked]
+            percent = conformance.percent_files(self.con, table, unchecked, self.types)
+            for f, why in percent.items():
                 files.remove(f)
-                missing = ", ".join(conformance.missing_required(table, self.types.get(f)))
-                self._skip(f, f"missing required column(s) {missing}", f"file outside the {table} contract")
+                self._skip(f, why, f"file outside the {table} contract")
+            self.values_checked.update(f for f in unchecked if f not in percent)
 
     def _scan(self, table: str, files: Sequence[Any], *, complete: bool, filename: bool) -> str:
         listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"  # DuckDB takes a pattern alike
         scan = (f"read_parquet({listing}, hive_partitioning = true, union_by_name = true, "
-                f"hive_types = {{'host': VARCHAR, 'date': DATE}}{', filename = true' if filename else ''})")
+                f"hive_types = {{'host': VARCHAR, 'date': DATE}}"
+                f"{f', filename = {_sql_str(_FILE_COLUMN)}' if filename else ''})")
         # Files of unknown types: the typed empty select makes sure every contract column exists.
         return scan if complete else f"(SELECT * FROM {scan} UNION ALL BY NAME {schema.empty_select(table)})"
 
@@ -601,10 +666,11 @@ class Dataset:
             return conformance.empty(table, reasons)
         if isinstance(files, str):  # a pattern, for another client later: types unknown, ts bound by its clock
             scan = self._scan(table, [files], complete=False, filename=reasons)
-            return conformance.select(table, [(scan, None)], now=None, reasons=reasons)
+            return conformance.select(table, [(scan, None)], now=None, reasons=reasons, file_column=_FILE_COLUMN)
         sources = [(self._scan(table, group, complete=types is not None, filename=reasons), types)
                    for types, group in conformance.group_files(table, files, self.types)]
-        return conformance.select(table, sources, now=self.now or datetime.now(UTC), reasons=reasons)
+        return conformance.select(table, sources, now=self.now or datetime.now(UTC), reasons=reasons,
+                                  file_column=_FILE_COLUMN)
 
     def rejected_rows(self, shown: Mapping[str, int] | None = None) -> list[tuple[str, str, int]]:
         """(table, reason, rows) for the rows the views leave out because they break the contract's rules
@@ -675,7 +741,10 @@ class Dataset:
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
                 raise GpuauditError(f"query failed: {_first_line(e)}") from e  # the query, not a file
             except duckdb.Error as e:
-                culprit = self._file_in_error(str(e)) or self._probe_files()
+                named = self._file_in_error(str(e))
+                # A file the error names is left out only if it fails on its own too: a query that reads a
+                # healthy file another way (read_csv of a Parquet file) fails, not the file.
+                culprit = (named if find_damaged(self.con, [named]) else None) if named else self._probe_files()
                 if culprit is None:
                     raise GpuauditError(f"query failed: {_first_line(e)}") from e
                 for files in self.files.values():
@@ -764,10 +833,10 @@ def finish_journals(part_dir: Path) -> int:
     """Complete (or discard) compactions interrupted by a crash. A finished compaction's record stays: it is
     what `gpuaudit push` ships so that a collection target that already holds the old files hides them."""
     n = 0
-    for journal in part_dir.glob(f"{JOURNAL_PREFIX}*.json"):
-        entry = load_journal(journal)
-        if entry is None:
-            continue  # reported; never acted on (it could name files it has nothing to do with)
+    loaded = {j: load_journal(j) for j in sorted(part_dir.glob(f"{JOURNAL_PREFIX}*.json"))}
+    # A malformed one is reported and never acted on (it could name files it has nothing to do with), nor one
+    # on a cycle (acting_records): it would delete a file whose rows no other file holds.
+    for journal, entry in acting_records({j: e for j, e in loaded.items() if e is not None}, part_dir).items():
         try:
             olds = [part_dir / name for name in entry["old"]]
             if (part_dir / entry["new"]).exists():
@@ -926,4 +995,13 @@ def _conforming(con: duckdb.DuckDBPyConnection, table: str, files: list[Path], s
             why = "columns of other types than the contract's, or required columns missing"
             log.warning("compact: leaving file %s as it is: %s", f, why)
             stats.skipped.append((f, why))
-    return out
+    # A percent-valued file merged with others would take their rows out of view with it (readers leave out
+    # a file with percent values whole).
+    try:
+        percent = conformance.percent_files(con, table, out, types)
+    except duckdb.Error:
+        percent = {}  # a file that cannot be read: the merge finds it and leaves it
+    for f, why in percent.items():
+        log.warning("compact: leaving file %s as it is: %s", f, why)
+        stats.skipped.append((f, why))
+    return [f for f in out if f not in percent]

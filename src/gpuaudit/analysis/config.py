@@ -143,7 +143,7 @@ def _preset_text(name: str) -> str:
 
 def _parse(text: str, where: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text.removeprefix("\ufeff"))  # the byte-order mark some editors write
     except tomllib.TOMLDecodeError as e:
         raise GpuauditError(f"config error: {where} is not valid TOML: {e}") from e
 

@@ -75,13 +75,16 @@ def sql(
 def _read_query_file(file: Path) -> str:
     from gpuaudit import resources
 
-    if file.is_file():
+    if file.exists() and not file.is_dir():  # a regular file, or a device or pipe (/dev/stdin, /dev/null)
         try:
-            return file.read_text(encoding="utf-8")
+            text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             fail(f"--file {file} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})")
         except OSError as e:
             fail(f"cannot read --file {file}: {e.strerror or e}")
+        if not text.strip():
+            fail(f"empty query file: {file}")
+        return text
     # `--file sql/NAME.sql` also finds the canned queries shipped inside the package, from anywhere.
     if file.parent.name in ("sql", "") and file.suffix in (".sql", ""):
         return resources.load_sql(file.stem)

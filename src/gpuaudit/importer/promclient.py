@@ -175,6 +175,8 @@ class PromClient:
         except (requests.exceptions.JSONDecodeError, json.JSONDecodeError, ValueError):
             raise GpuauditError(f"malformed response from {self.t.url}: not JSON (is --url a Prometheus "
                                 "API endpoint?)") from None
+        except RecursionError:  # Python's JSON parser recurses per level: [[[[...]]]] deep enough exhausts it
+            raise GpuauditError(f"malformed response from {self.t.url}: JSON nested too deeply") from None
         except requests.exceptions.RequestException as e:
             raise GpuauditError(f"request to {self.t.url} failed: {_reason(e)}") from None
         except (KeyError, TypeError):

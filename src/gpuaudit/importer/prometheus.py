@@ -129,7 +129,12 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
         for fld, prio, name, q in queries:
             for item in prom.query_range(q, first, last, step_s):
                 sid = len(series_rows)
-                series_rows.append((sid, fld, prio, *_series_labels(item["metric"], mapping, exporter_pod)))
+                try:
+                    labels = _series_labels(item["metric"], mapping, exporter_pod)
+                except _BadLabel as e:
+                    raise GpuauditError(f"bad label from {prom.t.url}: {_series_text(name, item['metric'])}: {e}; "
+                                        "nothing imported") from None
+                series_rows.append((sid, fld, prio, *labels))
                 raw.append((fld, name, item["metric"]))
                 n = _append_points(item["values"], tss, values, prom.t.url, name)
                 sids.extend([sid] * n)
@@ -188,9 +193,9 @@ def _series_labels(labels: dict[str, str], mapping: Mapping, exporter_pod: re.Pa
     if host_label == "instance" and host:
         host = re.sub(r":\d+$", "", host)  # an exporter address, not a hostname: drop the port
     host = host or "unknown"
-    gpu_index = _int(first("gpu_index")[1])
+    gpu_index = _small_int(*first("gpu_index"), "GPU index")
     uuid = first("gpu_uuid")[1] or f"{host}/gpu{gpu_index if gpu_index is not None else '?'}"
-    mig = _int(first("mig_instance")[1])
+    mig = _small_int(*first("mig_instance"), "MIG instance id")
     mig_profile = first("mig_profile")[1] if mig is not None else None
     # The pod label picks the naming style; namespace and container come from the same style.
     pod = namespace = container = None
@@ -215,6 +220,23 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+class _BadLabel(Exception):
+    """A label whose value the dataset cannot hold; _fetch names the series."""
+
+
+SMALLINT_MAX = 32767  # gpu_index and mig_instance are SMALLINT columns
+
+
+def _small_int(label: str | None, value: str | None, what: str) -> int | None:
+    """An integer label (a GPU index, a MIG instance id): a number outside 0-32767 is no such id, and would
+    not fit its column (-1 also stands for "no MIG instance" while grouping); text that is not a number is no
+    label at all, as before."""
+    n = _int(value)
+    if n is not None and not 0 <= n <= SMALLINT_MAX:
+        raise _BadLabel(f'{label}="{value}" is not a {what} (0-{SMALLINT_MAX})')
+    return n
+
+
 _SERIES_SCHEMA = {
     "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "host": pl.Utf8, "gpu_uuid": pl.Utf8,
     "gpu_index": pl.Int32, "gpu_name": pl.Utf8, "mig_instance": pl.Int32, "mig_profile": pl.Utf8,
@@ -225,14 +247,24 @@ _SERIES_SCHEMA = {
 # A stored fraction may exceed 1 (or go below 0) by this much, float rounding in the server's averages
 # (100.0001 %), and is then clipped; anything further out is an error.
 ROUNDING = 1e-5
-_NON_NEGATIVE = ("power_w", "energy_j")
+_FLOAT32_MAX = 3.4028234663852886e38  # power_w and energy_j are FLOAT columns
+# Field -> (lowest, highest, what it is) in the stored unit: what the columns can hold and a GPU can report.
+# Memory stops at 2^61 bytes so that used + free (mem_total_bytes) still fits a BIGINT.
+_LIMITS = {
+    "power_w": (0.0, _FLOAT32_MAX, "power", "W"),
+    "energy_j": (0.0, _FLOAT32_MAX, "energy", "J"),
+    "fb_used": (0.0, 2.0**61, "framebuffer memory used", "bytes"),
+    "fb_free": (0.0, 2.0**61, "framebuffer memory free", "bytes"),
+    "temp_c": (-273.15, float(SMALLINT_MAX), "temperature", "°C"),
+}
 
 
 def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]]], mapping: Mapping,
                   first: datetime, last: datetime, url: str) -> None:
     """Refuse (never clip) what the server cannot mean: a timestamp outside the queried window (a range
-    query answers on its grid only), a utilization above 100 % or below 0, a negative power or energy.
-    The error names the metric, the series' labels and the first bad timestamp."""
+    query answers on its grid only), a utilization above 100 % or below 0, a negative power, energy or memory,
+    a temperature below absolute zero, or a value too large for its column (_LIMITS). The error names the
+    metric, the series' labels and the first bad timestamp."""
     lo_t, hi_t = first.timestamp() - 1, last.timestamp() + 1
     bad = points.filter(~pl.col("ts").is_finite() | ~pl.col("ts").is_between(lo_t, hi_t))
     if bad.height:
@@ -248,8 +280,9 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
             lows.append(-ROUNDING / factor)
             highs.append((1 + ROUNDING) / factor)
         else:
-            lows.append(0.0 if fld in _NON_NEGATIVE else -math.inf)
-            highs.append(math.inf)
+            lo, hi, _, _ = _LIMITS.get(fld, (-math.inf, math.inf, "", ""))
+            lows.append(lo / factor)
+            highs.append(hi / factor)
     bounds = pl.DataFrame({"sid": range(len(raw)), "lo": lows, "hi": highs},
                           schema={"sid": pl.Int64, "lo": pl.Float64, "hi": pl.Float64})
     bad = (points.filter(pl.col("value").is_finite()).join(bounds, on="sid")
@@ -265,7 +298,9 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
                "utilization above 1 (the metric is mapped as a 0-1 fraction; for percent give "
                f"--metric {fld}={name}:percent)")
     else:
-        why = f"negative {'power' if fld == 'power_w' else 'energy'}"
+        lo, hi, what, unit = _LIMITS[fld]
+        why = (f"{what} too large to store (above {hi:g} {unit})" if value > 0 else
+               f"{what} below absolute zero" if lo < 0 else f"negative {what}")
     raise GpuauditError(f"bad value from {url}: {_series_text(name, labels)} = {value:g} at {_when(ts)}: {why}; "
                         "nothing imported")
 
