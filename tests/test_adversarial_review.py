@@ -349,3 +349,19 @@ def test_a_foreign_filename_column_does_not_break_rejected_rows(tmp_path: Path) 
         assert ds.rejected_rows() == [(schema.SAMPLES, "power_w negative", 1)]
         assert ds.fetchall(f"SELECT DISTINCT filename FROM ({ds.view_select(schema.SAMPLES, reasons=True)})") == [
             (str(path),)]
+
+
+def test_a_deeply_nested_config_is_one_line(tmp_path: Path) -> None:
+    from gpuaudit.analysis.config import load_config
+    from gpuaudit.errors import GpuauditError
+
+    cfg = tmp_path / "deep.toml"
+    cfg.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(GpuauditError, match="nests too deeply"):
+        load_config(cfg)
+
+
+def test_sql_file_expands_home_and_names_an_unknown_user(tmp_path: Path) -> None:
+    r = run_cli("sql", "-d", str(tmp_path), "--file", "~no-such-user-gpuaudit/q.sql")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "cannot expand" in r.stderr and len(r.stderr.strip().splitlines()) == 1

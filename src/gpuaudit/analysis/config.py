@@ -146,6 +146,8 @@ def _parse(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text.removeprefix("\ufeff"))  # the byte-order mark some editors write
     except tomllib.TOMLDecodeError as e:
         raise GpuauditError(f"config error: {where} is not valid TOML: {e}") from e
+    except RecursionError as e:  # tomllib recurses per nesting level: a hostile file, not a config
+        raise GpuauditError(f"config error: {where} nests too deeply to be a gpuaudit config") from e
 
 
 def preset_comments(name: str) -> dict[str, str]:
