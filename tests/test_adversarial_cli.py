@@ -130,7 +130,7 @@ def test_analyze_summary_escapes_data_in_warnings(tmp_path: Path) -> None:
     damaged.write_bytes(b"PAR1 this is not parquet")
     r = run_cli("analyze", "--data", str(root))
     assert r.returncode == 0, r.stderr
-    assert "skipped unreadable file" in r.stdout
+    assert "left out file" in r.stdout
     assert not _raw_controls(r.stdout), repr(r.stdout)
     assert "data\\x1b[31mred" in r.stdout
 

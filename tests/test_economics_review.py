@@ -14,6 +14,7 @@ from tests.analysis_helpers import T0, gpu_rows, rollups
 from gpuaudit import schema
 from gpuaudit.analysis import analyze_rollups, costs
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.text import summary
 from gpuaudit.errors import GpuauditError
 from gpuaudit.report.sections import build_report
 
@@ -177,3 +178,72 @@ def test_data_residency_break_even_and_what_ifs() -> None:
     plans = next(x for x in build_report(r, version="test").sections if x.key == "costs").tables[1]
     assert any(row[0].startswith("All cloud, if behaviour changes (not allowed") for row in plans.rows)
     assert r.break_even.verdict == "on-prem"
+
+
+def test_more_owned_gpus_than_the_fleet_are_compared_fairly() -> None:
+    """owned_gpus = 40 on a 16-GPU fleet: break-even compared renting with keeping all 40 ("never") though
+    owning the 16-GPU fleet costs less than renting it fully held. Owning the fleet keeps 16 and sells the rest,
+    and a warning says the count exceeds the fleet."""
+    cfg = load_config().replace("on_prem", owned_gpus=40)
+    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg)
+    be = r.break_even
+    assert not be.never
+    assert be.own_usd <= _total(r, "all-on-prem") + 1.0 or _scenarios(r)["all-on-prem"].owned_gpus < 16
+    assert any("owned_gpus" in w and "40" in w for w in r.warnings)
+
+
+def test_cloud_today_with_owned_gpus_keeps_them_in_staying() -> None:
+    """--current cloud with owned GPUs: "stay as is" left the owned GPUs out while every owning plan counted
+    them, and the break-even's reference was called stay-as-is at another price."""
+    cfg = load_config().replace("on_prem", owned_gpus=8)
+    r = analyze_rollups(rollups(_fleet(8, sm=0.2, procs=_half_held)), cfg, current="cloud")
+    stay = _scenarios(r)["stay-as-is"]
+    assert stay.owned_gpus == 8 and stay.components["owned_value_kept"] > 0
+    assert r.break_even.own_reference != "stay-as-is"
+
+
+def test_without_resamples_no_interval_anywhere() -> None:
+    cfg = load_config().replace("analysis", bootstrap_resamples=0)
+    r = analyze_rollups(rollups(_fleet(4, sm=0.9)), cfg)
+    c = r.confidence
+    assert c.real_utilization.low is None and c.cost_difference_usd.high is None
+    text = summary(r)
+    assert " CI " not in text and "no interval" in text
+
+
+def test_residency_break_even_line_says_why_it_is_on_prem() -> None:
+    r = analyze_rollups(rollups(_fleet(4, sm=0.05, procs=lambda i: int(i % 4 == 0))), load_config(),
+                        data_residency=True)
+    be = r.break_even
+    assert be.measured_held < be.held_utilization.value  # renting would be cheaper
+    line = next(x for x in summary(r).splitlines() if x.startswith("break-even"))
+    assert "residency" in line
+
+
+def test_growth_that_flips_the_cheapest_lowers_confidence() -> None:
+    """The cheapest plan changed at +25 %/year demand growth, yet confidence ignored the growth table."""
+    cfg = load_config().replace("decision", provisional_below_days=1.0).replace("analysis", bootstrap_resamples=50)
+    r = analyze_rollups(rollups(_fleet(16, sm=0.3, procs=lambda i: int(i % 10 < 7))), cfg)
+    rows = {row["growth_per_year"]: row["cheapest"] for row in r.sensitivity.growth.rows}
+    assert rows[0.25] != r.costs.cheapest
+    assert any("growing 25% a year" in why for why in r.decision.confidence.reasons)
+    assert r.decision.confidence.level != "high"
+
+
+def test_growth_table_names_the_hybrid_it_prices() -> None:
+    r = analyze_rollups(rollups(_fleet(8, sm=0.1, procs=lambda i: int(i % 10 == 0))), load_config(),
+                        current="cloud")
+    row = r.sensitivity.growth.rows[0]
+    assert "hybrid_n_star" not in row
+    assert row["hybrid_gpus"] == _scenarios(r)["hybrid"].owned_gpus
+
+
+def test_hybrid_cross_check_tolerance_is_not_most_of_the_fleet() -> None:
+    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 5))), load_config())
+    assert r.hybrid.tolerance <= max(1, round(0.1 * r.hybrid.peak_demand.value))
+
+
+def test_fleet_larger_than_seen_is_not_called_gaps() -> None:
+    r = analyze_rollups(rollups(_fleet(4, sm=0.5)), load_config(), fleet_gpus=8)
+    w = " ".join(r.warnings)
+    assert "(gaps)" not in w and "no agent" in w

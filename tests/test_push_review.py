@@ -89,12 +89,31 @@ def test_cli_repro_wiped_directory_target(node: Node, tmp_path: Path) -> None:
     assert len(target_files(central)) == 4 and node.files() == []
 
 
+def test_delete_after_upload_never_trusts_a_damaged_copy_of_the_same_size(node: Node, tmp_path: Path) -> None:
+    """A target file overwritten with as many zero bytes: the size matched, so --delete-after-upload deleted
+    the only good copy. A directory target's copy is compared by content (MD5) before the local file goes; the
+    damaged copy is replaced and only then is the local file deleted."""
+    central = tmp_path / "central"
+    node.flush(0)
+    expected = rows(node.root)
+    push.push(node.root, central)
+    for f in target_files(central):
+        path = central / f
+        path.write_bytes(b"\0" * path.stat().st_size)
+    stats = push.push(node.root, central, delete_after_upload=True)
+    assert stats.deleted_local == 4 and node.files() == []
+    got = rows(central)
+    assert all(got[v].equals(expected[v]) for v in expected)
+
+
 class _StaleListing(push.DirTarget):
     """A target whose run-time view is stale: it claims to hold every file (the listing was taken before an
     operator removed them). The deletion must still check the target itself."""
 
     def holds(self, rel: str, size: int, md5: str) -> bool:
         return True
+
+    same = holds
 
 
 def test_deletion_checks_the_target_at_that_moment(node: Node, tmp_path: Path, caplog) -> None:

@@ -171,8 +171,10 @@ class DirTarget:
             return False
 
     def confirm(self, rel: str, size: int, md5: str) -> bool:
+        # Before a local file is deleted: the content, not the size (a copy zeroed or damaged in place keeps its
+        # size). Reading it back costs one read of a file about to be deleted here.
         try:
-            return (self.root / rel).stat().st_size == size
+            return (self.root / rel).stat().st_size == size and _md5_file(self.root / rel) == md5
         except FileNotFoundError:
             return False
 
@@ -519,8 +521,10 @@ class _Run:
         known = self.manifest.matches(rel, st.st_size, st.st_mtime_ns)
         if known:
             md5 = str(self.manifest.entries[rel].get("h") or "")
-            # The manifest says the target had it; the target's listing says whether it still does.
-            if self.attempt(f"checking {rel}", self.target.holds, rel, st.st_size, md5):
+            # The manifest says the target had it; the target's listing says whether it still does (by content
+            # when the local copy is about to be deleted).
+            check = self.target.same if self.delete_after_upload and deletable else self.target.holds
+            if self.attempt(f"checking {rel}", check, rel, st.st_size, md5):
                 self.stats.confirmed += 1
                 self.maybe_delete(rel, path, st.st_size, st.st_mtime_ns, md5, deletable)
                 return True

@@ -71,10 +71,9 @@ def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: 
         cheap_point = costs.cheapest
         diff_point = float(_cloud_minus_own(costs.point[None, :], costs.ids, costs.owning)[0])
     if resamples == 0 or n == 0:
-        return Confidence(METHOD, 0, seed, level, n, Interval(point_real, point_real, point_real),
-                          Interval(point_runtime, point_runtime, point_runtime), 0.0, {str(base): 1.0},
-                          Interval(diff_point, diff_point, diff_point), {cheap_point: 1.0} if cheap_point else {},
-                          0.0)
+        # No resamples, no interval: the bounds are unknown, not equal to the point.
+        return Confidence(METHOD, 0, seed, level, n, Interval(point_real, None, None),
+                          Interval(point_runtime, None, None), 0.0, {}, Interval(diff_point, None, None), {}, 0.0)
     idx = resample_index(n, resamples, seed)
     ws = w[idx].sum(axis=1)
     ws[ws <= 0] = np.nan  # a resample of only empty days says nothing

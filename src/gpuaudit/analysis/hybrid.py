@@ -205,7 +205,8 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     hurdle = fixed / saving if saving > 0 else None
     o = cfg.on_prem
     per_node = o.staff_usd_per_node_per_month > 0 or o.space_usd_per_node_per_month > 0
-    tolerance = o.gpus_per_node if per_node else 1
+    # One node when owning is bought by the node, but never so loose that any answer on a small fleet agrees.
+    tolerance = max(1, min(o.gpus_per_node if per_node else 1, round(0.1 * peak)))
     return Sizing(
         n_star=n_star, n_owning=n_owning, critical_fractile_n=fractile, u=u, fixed_usd=fixed, hurdle_gpus=hurdle,
         agrees=abs(n_owning - fractile) <= tolerance, tolerance=tolerance, candidates=candidates,

@@ -146,12 +146,17 @@ def analyze_rollups(
         sensitivity_flips=tuple(r["parameter"] for r in tornado_table.rows if r["changes_cheapest"]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
+        growth_flip=_growth_flip(sens.growth, block.cheapest),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s, basis)
     warnings = list(dq.warnings)
+    fl = block.fleet
+    if fl.existing > fl.gpus:
+        warnings.append(f"on_prem.owned_gpus ({fl.existing:,}) is more than the fleet's {fl.gpus:,} GPUs: set "
+                        f"--fleet-gpus if some had no agent; owning the fleet keeps {fl.gpus:,} and sells the rest")
     if not decision.agrees_with_costs:
         if decision.determined:
             warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
@@ -246,6 +251,15 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
     )
+
+
+def _growth_flip(growth: Table, cheapest: str) -> tuple[float, str] | None:
+    """The lowest demand growth of the growth table at which another scenario is the cheapest, if any."""
+    for row in sorted(growth.rows, key=lambda x: float(x["growth_per_year"])):  # type: ignore[arg-type]
+        g = float(row["growth_per_year"])  # type: ignore[arg-type]
+        if g > 0 and row["cheapest"] != cheapest:
+            return g, str(row["cheapest"])
+    return None
 
 
 def _model_caveats(cfg: Config) -> tuple[str, ...]:

@@ -74,6 +74,7 @@ class Evidence:
     upper_bound: bool
     horizon_months: int
     model_caveats: Sequence[str] = ()  # what the cost model leaves out for these settings
+    growth_flip: tuple[float, str] | None = None  # lowest demand growth/year at which another plan is cheapest
 
 
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
@@ -193,6 +194,10 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
     if ev.sensitivity_flips:
         shown = ", ".join(ev.sensitivity_flips[:3]) + (" …" if len(ev.sensitivity_flips) > 3 else "")
         cap(1, f"±{ev.sensitivity_fraction:.0%} on {shown} changes the cheapest scenario")
+    if ev.growth_flip is not None:
+        g, other = ev.growth_flip
+        if g <= 0.25 + 1e-9:  # a growth many teams plan for: the answer rests on demand staying flat
+            cap(1, f"with demand growing {g:.0%} a year the cheapest scenario becomes {other}")
     if ev.coverage < 0.9:
         cap(1, f"coverage is {ev.coverage:.0%}: unreported GPU time was assumed to look like the rest")
     return ConfidenceLevel(_LEVELS[level], tuple(reasons))

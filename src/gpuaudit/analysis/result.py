@@ -402,8 +402,8 @@ class Sensitivity:
 @dataclass(frozen=True)
 class Interval:
     point: float
-    low: float
-    high: float
+    low: float | None  # None: not measured (no resamples)
+    high: float | None
 
 
 @dataclass(frozen=True)

@@ -214,10 +214,12 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         # taken to run like those that did (so held demand never exceeds what is rented).
         running = to_fleet(m.reporting, m.reporting, fl.capacity) * f
         bill, stay_k, mean_billed = _cloud_of(cfg, tl, running, prices)
+        kept = f"; keep the {fl.existing} GPUs owned today as they are" if fl.existing else ""
         out.append(_scenario(
             "stay-as-is", "Stay as is (cloud)",
             "Keep renting the fleet's instances for all the time they ran (GPUs reporting, scaled to the fleet), "
-            "with the configured mix.", mean_billed, 0, bill, "cloud cost(GPUs running, fleet-scaled)", tl))
+            f"with the configured mix{kept}.", mean_billed, fl.existing, {**own(fl.existing), **bill},
+            "cloud cost(GPUs running, fleet-scaled) + owned cost(GPUs owned today)", tl))
     # all cloud
     bill, k_all, mean_billed = _cloud_of(cfg, tl, held, prices)
     all_cloud = {**own(0), **bill}
@@ -281,9 +283,9 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     Renting is linear in k: the fixed part (egress, managed services, selling the owned GPUs) plus k × the
     compute bill. Scaling the bill, not the demand, keeps instance billing from turning u* into the point where
     one more instance-hour tips the sum."""
-    n_ref = max(fl.existing, fl.gpus)
-    ref = "stay-as-is" if fl.existing >= fl.gpus else ("buy-the-fleet" if fl.existing == 0 else
-                                                       "keep-and-complete-the-fleet")
+    n_ref = fl.gpus
+    ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing == fl.gpus else
+           "keep-owned-and-buy-the-rest" if fl.existing < fl.gpus else "keep-the-fleet-sell-the-rest")
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
@@ -377,13 +379,14 @@ def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
         for s in b.scenarios:
             row[f"{s.id.replace('-', '_')}_usd"] = s.total.value
         row["cheapest"] = b.cheapest
-        row["hybrid_n_star"] = b.sizing.n_star
+        row["hybrid_gpus"] = b.plan.n_hybrid
         rows.append(row)
     cols = (
         Column("growth_per_year", "fraction", "demand growth per year"),
         Column("demand_factor", "", "demand multiplier averaged over the horizon (months weighted by discount)"),
         *(Column(f"{sid.replace('-', '_')}_usd", "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
-        Column("cheapest", "", "cheapest allowed scenario"), Column("hybrid_n_star", "GPUs", "hybrid N*"),
+        Column("cheapest", "", "cheapest allowed scenario"),
+        Column("hybrid_gpus", "GPUs", "GPUs the hybrid scenario owns (best N ≥ 1) at this growth"),
     )
     return Table("growth", "Scenario totals when demand grows (average multiplier over the horizon).", cols,
                  tuple(rows), "cost model rerun per growth rate")
@@ -453,7 +456,7 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
         elif s.id == "stay-as-is" and m.current is Deployment.ON_PREM:
             v = own(plan.existing) + bill(0.0, means["stay-as-is"])
         elif s.id == "stay-as-is":
-            v = bill(plan.stay_reserved_gpus, means["stay-as-is"])
+            v = own(plan.existing) + bill(plan.stay_reserved_gpus, means["stay-as-is"])
         else:  # all-on-prem: owned, demand-independent
             v = np.full(idx.shape[0], float(s.total.value or 0.0))
         ids.append(s.id)

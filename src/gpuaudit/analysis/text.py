@@ -16,6 +16,12 @@ def _usd(x: float | None) -> str:
     return f"−${-x:,.0f}" if x < 0 else f"${x:,.0f}"
 
 
+def _ci(low: float | None, high: float | None, level: float, fmt: object = _pct) -> str:
+    if low is None or high is None:
+        return "(no day-resamples: no interval)"
+    return f"({level:.0%} CI {fmt(low)}–{fmt(high)})"  # type: ignore[operator]
+
+
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
@@ -32,11 +38,11 @@ def summary(r: AnalysisResult) -> str:
         f"runtime GPU-hours R       {u.runtime_gpu_hours.value:,.1f}",
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",
         f"runtime-hour utilization  {_pct(u.runtime_utilization.value)}  "
-        f"(90 % CI {_pct(ci.runtime_utilization.low)}–{_pct(ci.runtime_utilization.high)})",
+        + _ci(ci.runtime_utilization.low, ci.runtime_utilization.high, ci.level),
         (f"real utilization          {_pct(u.real_utilization_lower.value)} to {_pct(u.real_utilization.value)}"
          " (bounds: SM activity not measured everywhere)" if u.real_is_upper_bound else
          f"real utilization          {_pct(u.real_utilization.value)}  "
-         f"(90 % CI {_pct(ci.real_utilization.low)}–{_pct(ci.real_utilization.high)})"),
+         + _ci(ci.real_utilization.low, ci.real_utilization.high, ci.level)),
         f"efficiency while held     {_pct(u.efficiency_while_held.value)}{ub}",
         f"phantom gap               {gap_sign}{_pct(u.phantom_gap.value)}",
         f"idle-held GPU-hours       {gap_sign}{u.idle_held_gpu_hours.value:,.1f}",
@@ -49,8 +55,9 @@ def summary(r: AnalysisResult) -> str:
         f"  costs: cheapest allowed scenario {d.cheapest_scenario} → {d.cost_branch}",
         *(f"  caveat: {x}" for x in d.caveats),
         *(f"  confidence: {x}" for x in conf.reasons),
-        f"  rule flips in {ci.flip_share:.0%} and the cheapest scenario in {ci.cheapest_flip_share:.0%} of "
-        f"{ci.resamples} day-resamples; re-evaluate on {d.reevaluate_on}",
+        (f"  rule flips in {ci.flip_share:.0%} and the cheapest scenario in {ci.cheapest_flip_share:.0%} of "
+         f"{ci.resamples} day-resamples" if ci.resamples else "  no day-resamples (analysis.bootstrap_resamples = 0)")
+        + f"; re-evaluate on {d.reevaluate_on}",
         "",
         f"costs, present value over {c.horizon_months} months at {c.discount_rate_per_year:.0%}/year (preset "
         f"{c.preset}; cloud ${c.cloud_flexible_usd_per_gpu_hour.value:.2f}/GPU-h flexible, "
@@ -61,9 +68,11 @@ def summary(r: AnalysisResult) -> str:
           for s in c.scenarios if not s.what_if),
         "  if behaviour changes (held hours × " f"{c.pack_factor:.2f}; never counted as cheapest):",
         *(f"  {s.id:<22} {_usd(s.total.value):>14}" for s in c.scenarios if s.what_if),
-        f"all-cloud − cheapest owning: {_usd(ci.cost_difference_usd.point)} (90 % CI "
-        f"{_usd(ci.cost_difference_usd.low)} to {_usd(ci.cost_difference_usd.high)})",
-        f"break-even held-hour utilization: {be_text}; measured {_pct(be.measured_held)} → {be.verdict}",
+        f"all-cloud − cheapest owning: {_usd(ci.cost_difference_usd.point)} "
+        + _ci(ci.cost_difference_usd.low, ci.cost_difference_usd.high, ci.level, _usd),
+        f"break-even held-hour utilization: {be_text}; measured {_pct(be.measured_held)} → {be.verdict}"
+        + (" (data residency forbids renting; at these prices renting would cost less)"
+           if d.inputs.data_residency and be.cloud_usd < be.own_usd else ""),
         f"hybrid: best N ≥ 1 = {r.hybrid.n_owning} GPUs, N* = {r.hybrid.n_star} (critical fractile "
         f"{r.hybrid.critical_fractile_n}; {'agrees' if r.hybrid.agrees else 'differs'}); owning pays only above "
         + (f"~{r.hybrid.hurdle_gpus.value:,.1f} busy GPUs" if r.hybrid.hurdle_gpus.value is not None

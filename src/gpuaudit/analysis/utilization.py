@@ -453,7 +453,13 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     if stopped:
         warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
     if coverage < 0.9:
-        warnings.append(f"coverage is {coverage:.0%}: GPUs were not sampled all the time (gaps)")
+        seen_share = t.gpu_equivalents / capacity if capacity > 0 else 1.0
+        if seen_share < 0.999:  # the configured fleet is larger than what reported: not (only) gaps
+            warnings.append(f"coverage is {coverage:.0%}: {t.gpu_equivalents:,.0f} of the {capacity:,.0f} fleet GPUs "
+                            "reported (the rest had no agent, assumed to look like those that did)"
+                            + ("" if coverage >= 0.9 * seen_share else "; the GPUs seen also have gaps"))
+        else:
+            warnings.append(f"coverage is {coverage:.0%}: GPUs were not sampled all the time (gaps)")
     if t.unmeasured > 0:
         warnings.append(f"{t.unmeasured / t.w:.1%} of observed time has neither SM activity nor duty cycle "
                         "(counted as idle)")
@@ -461,7 +467,7 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         warnings.append(f"{t.overlap:,.1f} GPU-hours of overlapping samples were counted once (copied files, an "
                         "import over agent data, or two agents on one GPU)")
     for f in roll.skipped_files:
-        warnings.append(f"skipped unreadable file {f}")
+        warnings.append(f"left out file {f}")
     warnings.extend(roll.rejected_rows)
     gpus = table(
         "gpus", "Coverage per GPU.", per,

@@ -614,7 +614,7 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
                                     "cheapest_high", "break_even_low", "break_even_high"))
     growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
                           columns=("growth_per_year", "stay_as_is_usd", "all_cloud_usd", "all_on_prem_usd",
-                                   "hybrid_usd", "cheapest", "hybrid_n_star"))
+                                   "hybrid_usd", "cheapest", "hybrid_gpus"))
     return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
 
 
