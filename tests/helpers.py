@@ -53,3 +53,14 @@ def serving(server: Any) -> Iterator[Any]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The single `gpuaudit: error: ...` line a refused command prints (exit 2, no traceback)."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith("gpuaudit: error: "), line
+    for needle in needles:
+        assert needle in line, line
+    return line

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, one_error_line, run_cli
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
 from gpuaudit import schema, store
@@ -147,24 +147,16 @@ def test_report_summary_escapes_paths(tmp_path: Path) -> None:
 
 
 # --- 2. one-line errors instead of tracebacks ------------------------------------------------------------------
-def _one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    line, = r.stderr.strip().splitlines()
-    assert line.startswith("gpuaudit: error: "), line
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 def test_non_utf8_option_files_are_one_line_errors(tmp_path: Path) -> None:
     _nasty_dataset(tmp_path / "d", n=4)
     query = tmp_path / "q.sql"
     query.write_bytes(b"SELECT \xff\xfe 1")
-    _one_error_line(run_cli("sql", "--data", str(tmp_path / "d"), "--file", str(query)), "not UTF-8", "q.sql")
+    one_error_line(run_cli("sql", "--data", str(tmp_path / "d"), "--file", str(query)), "not UTF-8", "q.sql")
     token = tmp_path / "token"
     token.write_bytes(b"\xff\xfe\x00secret")
-    _one_error_line(run_cli("import", "prometheus", "--url", "http://127.0.0.1:9", "--data", str(tmp_path / "i"),
+    one_error_line(run_cli("import", "prometheus", "--url", "http://127.0.0.1:9", "--data", str(tmp_path / "i"),
                             "--bearer-token-file", str(token), "-q"), "--bearer-token-file", "not UTF-8")
     assert not (tmp_path / "i").exists()
 
@@ -176,15 +168,15 @@ def test_odd_times_are_one_line_errors(tmp_path: Path, value: str) -> None:
         args = ["--start", "2026-01-01", option, value] if option == "--end" else [option, value]
         r = run_cli("import", "prometheus", "--url", "http://127.0.0.1:9", "--retries", "0", "-q",
                     "--data", str(tmp_path / "i"), *args)
-        _one_error_line(r, option)
+        one_error_line(r, option)
     r = run_cli("simulate", "--days", "1", "--gpus", "8", "--data", str(tmp_path / "s"), f"--start={value}")
-    _one_error_line(r, "--start")
+    one_error_line(r, "--start")
     assert not (tmp_path / "i").exists() and not (tmp_path / "s").exists()
 
 
 def test_simulated_trial_must_end_by_2100(tmp_path: Path) -> None:
     r = run_cli("simulate", "--days", "2", "--gpus", "8", "--data", str(tmp_path), "--start", "2099-12-31")
-    _one_error_line(r, "--start", "2100-01-01")
+    one_error_line(r, "--start", "2100-01-01")
 
 
 @pytest.mark.parametrize("command", [
@@ -194,10 +186,10 @@ def test_simulated_trial_must_end_by_2100(tmp_path: Path) -> None:
 ])
 def test_unknown_user_in_data_path_is_one_line_error(tmp_path: Path, command: list[str]) -> None:
     r = run_cli(*command, "--data", "~no_such_user_gpuaudit/x", cwd=tmp_path)
-    _one_error_line(r, "~no_such_user_gpuaudit/x")
+    one_error_line(r, "~no_such_user_gpuaudit/x")
     if command[0] == "sql":  # the same through $GPUAUDIT_DATA
         r = run_cli(*command, env={"GPUAUDIT_DATA": "~no_such_user_gpuaudit"}, cwd=tmp_path)
-        _one_error_line(r, "~no_such_user_gpuaudit")
+        one_error_line(r, "~no_such_user_gpuaudit")
 
 
 FULL_DISK_REPORT = r"""
@@ -277,7 +269,7 @@ def agents() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_interval_outside_its_range_is_one_line_error(tmp_path: Path, value: str) -> None:
     r = run_cli("agent", "run", "--once", "--simulate", "static", "--simulate-gpus", "1", "--data", str(tmp_path),
                 f"--interval={value}", timeout=60)
-    _one_error_line(r, "--interval must be between 0.1 and 3600 seconds")
+    one_error_line(r, "--interval must be between 0.1 and 3600 seconds")
 
 
 def test_sigterm_is_prompt_at_the_longest_interval(tmp_path: Path, agents: list) -> None:
@@ -330,7 +322,7 @@ def test_one_agent_per_host_and_directory(tmp_path: Path, agents: list) -> None:
     agents.append(p)
     r = run_cli("agent", "run", "--once", "--simulate", "static", "--simulate-gpus", "1", "--interval", "0.2",
                 "--data", str(tmp_path), "--host", "same", timeout=60)
-    _one_error_line(r, "another agent for host 'same' is already running", f"pid {p.pid}")
+    one_error_line(r, "another agent for host 'same' is already running", f"pid {p.pid}")
     # Another host sharing the directory (a shared filesystem) is fine.
     r = run_cli("agent", "run", "--once", "--simulate", "static", "--simulate-gpus", "1", "--interval", "0.2",
                 "--data", str(tmp_path), "--host", "other", timeout=60)

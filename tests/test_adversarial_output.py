@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 from tests.agent_helpers import make_sampler
 from tests.analysis_helpers import gpu_rows, write
-from tests.helpers import run_cli
+from tests.helpers import one_error_line, run_cli
 from tests.test_adversarial_cli import NASTY, _nasty_dataset
 
 from gpuaudit.analysis import hybrid
@@ -28,14 +27,6 @@ RAW = ("\x1b", "\r", "\b", "\x00", "\x07", "\x9b", "\x7f", "\u202e", "\u2066", "
 NOUSER = "~no_such_user_gpuaudit"
 
 
-def _one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    line, = r.stderr.strip().splitlines()
-    assert line.startswith("gpuaudit: error: "), line
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 def _raw(text: str) -> list[str]:
@@ -131,7 +122,7 @@ def test_config_beyond_sane_growth_or_horizon_is_one_line(tmp_path: Path, text: 
     root = _small_dataset(tmp_path / "d")
     (tmp_path / "c.toml").write_text(text)
     r = run_cli("analyze", "--data", str(root), "--config", str(tmp_path / "c.toml"), timeout=120)
-    _one_error_line(r, "config error:", needle)
+    one_error_line(r, "config error:", needle)
 
 
 def test_ten_million_gpu_fleet_with_growth_analyzes_in_bounded_time(tmp_path: Path) -> None:
@@ -150,7 +141,7 @@ def test_ten_million_gpu_fleet_with_growth_analyzes_in_bounded_time(tmp_path: Pa
 def test_report_out_url_is_refused(tmp_path: Path, out: str) -> None:
     root = _small_dataset(tmp_path / "d")
     r = run_cli("report", "--data", str(root), "--out", out, cwd=tmp_path, timeout=120)
-    _one_error_line(r, "--out", "local directory")
+    one_error_line(r, "--out", "local directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no ./s3: folder
 
 
@@ -158,7 +149,7 @@ def test_report_out_url_is_refused(tmp_path: Path, out: str) -> None:
 def test_push_to_a_malformed_url_is_refused(tmp_path: Path, to: str) -> None:
     root = _small_dataset(tmp_path / "d")
     r = run_cli("push", "--data", str(root), "--to", to, cwd=tmp_path, timeout=120)
-    _one_error_line(r, "--to")
+    one_error_line(r, "--to")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
@@ -166,7 +157,7 @@ def test_push_to_a_malformed_url_is_refused(tmp_path: Path, to: str) -> None:
 def test_agent_upload_to_a_malformed_target_is_refused(tmp_path: Path, upload: str) -> None:
     r = run_cli("agent", "run", "--once", "--simulate", "static", "--simulate-gpus", "1", "--interval", "0.2",
                 "--data", str(tmp_path / "d"), "--upload", upload, cwd=tmp_path, timeout=60)
-    _one_error_line(r, "--upload")
+    one_error_line(r, "--upload")
     assert list(tmp_path.iterdir()) == []  # neither the target nor the dataset
 
 
@@ -181,7 +172,7 @@ def test_unknown_user_in_any_path_option_is_one_line(tmp_path: Path, command: li
     root = _small_dataset(tmp_path / "d")
     data = [] if command[0] == "demo" else ["--data", str(root)]  # the demo writes its own data into --out
     r = run_cli(*command, *data, cwd=tmp_path, timeout=120)
-    _one_error_line(r, NOUSER, "cannot expand '~'")
+    one_error_line(r, NOUSER, "cannot expand '~'")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no literal ./~no_such_user... folder
 
 
@@ -206,7 +197,7 @@ def test_simulate_gpus_out_of_range_is_one_line(tmp_path: Path, gpus: str, comma
     extra = ["--once", "--interval", "0.2"] if command == "run" else []
     r = run_cli("agent", command, *extra, "--simulate", "static", "--simulate-gpus", gpus,
                 "--data", str(tmp_path / "d"), timeout=60)
-    _one_error_line(r, "--simulate-gpus must be between 1 and 1024", f"got {gpus}")
+    one_error_line(r, "--simulate-gpus must be between 1 and 1024", f"got {gpus}")
     assert not (tmp_path / "d").exists()
 
 
@@ -269,7 +260,7 @@ def test_json_escaping_keeps_text_and_round_trips() -> None:
 def test_refused_interval_is_shown_with_every_digit(tmp_path: Path, value: str) -> None:
     r = run_cli("agent", "run", "--once", "--simulate", "static", "--simulate-gpus", "1", "--data", str(tmp_path),
                 f"--interval={value}", timeout=60)
-    _one_error_line(r, "--interval must be between 0.1 and 3600 seconds", f"got {value}")
+    one_error_line(r, "--interval must be between 0.1 and 3600 seconds", f"got {value}")
 
 
 def test_help_of_every_touched_command_renders() -> None:
