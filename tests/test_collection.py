@@ -18,63 +18,12 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
+from tests.collection_helpers import CHUNKS, Node, assert_same_rows, rows, target_files
 from tests.helpers import REPO, run_cli
-from tests.s3_helpers import S3Server, moto_s3
+from tests.s3_helpers import S3Server
 
 from gpuaudit import push, schema, store
-from gpuaudit import simulate as sim
 from gpuaudit.errors import GpuauditError
-
-CHUNKS = 4  # the simulated node "flushes" its rows in this many batches; each touches every partition
-
-
-@pytest.fixture(scope="module")
-def frames(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pl.DataFrame]:
-    """One simulated 8-GPU node over 2 days (both tables), read back as frames."""
-    root = tmp_path_factory.mktemp("sim")
-    sim.simulate(root, "phantom", gpus=8, days=2, interval_s=900, seed=3)
-    with store.open_dataset(root) as ds:
-        return {t: ds.query(f"SELECT * EXCLUDE (date) FROM {v} ORDER BY ALL") for t, v in schema.VIEW_NAMES.items()}
-
-
-class Node:
-    """A node's dataset that grows by flushes (one new file per partition and table each), as the agent's does."""
-
-    def __init__(self, root: Path, frames: dict[str, pl.DataFrame]) -> None:
-        self.root, self.frames = root, frames
-
-    def flush(self, k: int) -> None:
-        for table, df in self.frames.items():
-            part = df.filter(pl.int_range(pl.len()) % CHUNKS == k)
-            store.write_table(self.root, table, part, prefix=f"agent-flush{k}")
-
-    def files(self) -> list[str]:
-        return sorted(str(p.relative_to(self.root)) for p in self.root.glob("gpu_*/*/*/*.parquet"))
-
-
-@pytest.fixture
-def node(tmp_path: Path, frames: dict[str, pl.DataFrame]) -> Node:
-    return Node(tmp_path / "node", frames)
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with moto_s3() as server:
-        yield server
-
-
-def rows(root: Path | str) -> dict[str, pl.DataFrame]:
-    """Every row of both views, sorted: equal frames mean no row lost and none counted twice."""
-    with store.open_dataset(root) as ds:
-        assert ds.skipped == []
-        return {v: ds.query(f"SELECT * FROM {v} ORDER BY ALL") for v in schema.VIEW_NAMES.values()}
-
-
-def assert_same_rows(a: Path | str, b: Path | str) -> None:
-    ra, rb = rows(a), rows(b)
-    for view in ra:
-        assert ra[view].height == rb[view].height, view
-        assert ra[view].equals(rb[view]), view
 
 
 def analyze_json(root: Path | str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -84,13 +33,6 @@ def analyze_json(root: Path | str, env: dict[str, str] | None = None) -> dict[st
     for key in ("generated_at", "data_root"):
         out.pop(key, None)
     return out
-
-
-def target_files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.glob("gpu_*/*/*/*.parquet"))
-
-
-# --- the pure rule ---------------------------------------------------------------------------------------
 
 
 def test_superseded_follows_chains_and_ignores_a_merge_that_never_landed() -> None:

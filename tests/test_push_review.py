@@ -17,36 +17,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 import s3fs
+from tests.collection_helpers import Node, assert_same_rows, rows, target_files
 from tests.helpers import run_cli
-from tests.s3_helpers import S3Server, moto_s3
-from tests.test_collection import Node, assert_same_rows, rows, target_files
+from tests.s3_helpers import S3Server
 
-from gpuaudit import push, schema, store
-from gpuaudit import simulate as sim
+from gpuaudit import push
 from gpuaudit.errors import GpuauditError
 
 NOBODY = 65534
 HOUR = 3600.0
-
-
-@pytest.fixture(scope="module")
-def frames(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pl.DataFrame]:
-    """One simulated 8-GPU node over 2 days, as in test_collection.py."""
-    root = tmp_path_factory.mktemp("sim")
-    sim.simulate(root, "phantom", gpus=8, days=2, interval_s=900, seed=3)
-    with store.open_dataset(root) as ds:
-        return {t: ds.query(f"SELECT * EXCLUDE (date) FROM {v} ORDER BY ALL") for t, v in schema.VIEW_NAMES.items()}
-
-
-@pytest.fixture
-def node(tmp_path: Path, frames: dict[str, pl.DataFrame]) -> Node:
-    return Node(tmp_path / "node", frames)
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with moto_s3() as server:
-        yield server
 
 
 def _objects(s3: S3Server, url: str) -> list[str]:
