@@ -500,7 +500,7 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
 
     rng = np.random.default_rng(1)
     held = rng.integers(0, 9, size=2880).astype(float)
-    m = Measured(w=1.0, r=0.5, s=0.3, s_lower=0.3, gpus_seen=8, gpu_equivalents=8.0, held=held, in_use=held * 0.6,
+    m = Measured(w=1.0, r=0.5, s=0.3, s_lower=0.3, gpus_seen=8, gpu_equivalents=8.0, held=held,
                  reporting=np.full(held.size, 8.0), day=np.arange(held.size) // 288, dt_hours=300 / 3600,
                  measured_w=400.0, current=Deployment.ON_PREM)
     for granularity in ("gpu", "instance"):

@@ -114,10 +114,9 @@ def analyze_rollups(
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
 
-    basis = "held"  # what the cloud bills: every plan is priced on it
     measured = Measured(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
-        held=demand["gpus_held"].to_numpy().astype(float), in_use=demand["gpus_in_use"].to_numpy().astype(float),
+        held=demand["gpus_held"].to_numpy().astype(float),
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
@@ -151,7 +150,7 @@ def analyze_rollups(
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
     be = _break_even(block, t, use.real_is_upper_bound)
-    hybrid = _hybrid(block, bucket_s, basis)
+    hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
     fl = block.fleet
     if fl.existing > fl.gpus:
@@ -296,9 +295,9 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
     )
 
 
-def _hybrid(block: CostBlock, bucket_s: float, basis: str) -> HybridSizing:
+def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     sz = block.sizing
-    series = block.sizing_series
+    series = block.held
     fractile = 1.0 / sz.u if sz.u > 0 and math.isfinite(sz.u) else 0.0
     rows = tuple(
         {"n": int(n), "owned_usd": float(o), "cloud_usd": float(c), "total_usd": float(o + c),
@@ -312,6 +311,7 @@ def _hybrid(block: CostBlock, bucket_s: float, basis: str) -> HybridSizing:
          Column("cloud_gpu_hours", "GPU-h", "horizon GPU-hours rented")),
         rows, "fleet-scaled demand series × cost model",
     )
+    basis = "held"  # what the cloud bills: every plan is priced on it
     src = f"fleet demand series ({basis}), {bucket_s:g} s buckets, scaled to the fleet"
     return HybridSizing(
         n_star=sz.n_star, critical_fractile_n=sz.critical_fractile_n,

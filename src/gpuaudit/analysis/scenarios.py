@@ -63,7 +63,6 @@ class Measured:
     gpus_seen: int  # physical GPUs seen (distinct gpu_uuid)
     gpu_equivalents: float  # Σ gpu_fraction of the GPUs and MIG slices seen
     held: np.ndarray  # GPUs held by a process
-    in_use: np.ndarray  # SM-weighted GPUs in use
     reporting: np.ndarray  # GPUs (equivalents) reporting
     day: np.ndarray  # UTC day of each bucket (for the bootstrap)
     dt_hours: float
@@ -133,7 +132,6 @@ class CostBlock:
     break_even: BreakEvenCalc
     plan: Plan
     held: np.ndarray  # fleet-scaled held series (with growth)
-    sizing_series: np.ndarray
     day: np.ndarray  # day of each kept bucket
     pack_factor: float
 
@@ -189,7 +187,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     watts, power_source = costs.power_watts(cfg, m.measured_w)
     ok = m.reporting > 1e-9
     held = to_fleet(m.held, m.reporting, fl.capacity) * f
-    basis = held  # every plan, owning or renting, serves the demand the cloud bills
+    # Every plan, owning or renting, serves `held`: the demand the cloud bills.
     day = m.day[ok]
 
     def own(n: float) -> dict[str, float]:
@@ -201,7 +199,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     out: list[Scenario] = []
     # stay as is
     if m.current is Deployment.ON_PREM:
-        over = float(overflow_mean(basis, np.array([float(fl.existing)]), prices.unit)[0])
+        over = float(overflow_mean(held, np.array([float(fl.existing)]), prices.unit)[0])
         out.append(_scenario(
             "stay-as-is", "Stay as is (on-prem)",
             f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and the value "
@@ -228,13 +226,13 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                          f"Rent the GPU-hours jobs hold (reserving {k_all:,.1f} GPUs 24/7, the rest flexibly){sold}.",
                          mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
     # all on-prem
-    n_peak = max(1, math.ceil(float(basis.max()) - 1e-9)) if basis.size else 1
+    n_peak = max(1, math.ceil(float(held.max()) - 1e-9)) if held.size else 1
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
                          own(n_peak), "owned cost(ceil(peak demand))", tl))
     # hybrid
-    sizing = size(cfg, tl, basis, _sum(all_cloud), watts, fl.existing, fl.age_years)
+    sizing = size(cfg, tl, held, _sum(all_cloud), watts, fl.existing, fl.age_years)
     n_h = max(1, sizing.n_owning)
-    over_h = float(overflow_mean(basis, np.array([float(n_h)]), prices.unit)[0])
+    over_h = float(overflow_mean(held, np.array([float(n_h)]), prices.unit)[0])
     note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
     out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base, rent demand above them "
                          f"flexibly{note}.", over_h, n_h, {**own(n_h), **flex_bill(over_h)},
@@ -243,19 +241,19 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     pack = min(m.s / cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
     if what_if:
         eff = cfg.cloud.right_size_target_efficiency
-        held_p, basis_p = held * pack, basis * pack
+        held_p = held * pack
         bill_p, _kp, mean_p = _cloud_of(cfg, tl, held_p, prices)
         out.append(_scenario("all-cloud-if-packed", "All cloud, if behaviour changes",
                              f"Rent only held hours that do work: held demand × {pack:.2f} (real ÷ {eff:.0%} target "
                              "efficiency).", mean_p, 0, {**own(0), **bill_p},
                              "cloud cost(held demand × min(S / efficiency, R) / R)", tl, what_if=True))
-        n_pp = max(1, math.ceil(float(basis_p.max()) - 1e-9)) if basis_p.size else 1
+        n_pp = max(1, math.ceil(float(held_p.max()) - 1e-9)) if held_p.size else 1
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
                              f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
-        sz_p = size(cfg, tl, basis_p, _sum({**own(0), **bill_p}), watts, fl.existing, fl.age_years)
+        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), watts, fl.existing, fl.age_years)
         n_hp = max(1, sz_p.n_owning)
-        over_hp = float(overflow_mean(basis_p, np.array([float(n_hp)]), prices.unit)[0])
+        over_hp = float(overflow_mean(held_p, np.array([float(n_hp)]), prices.unit)[0])
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
                              {**own(n_hp), **flex_bill(over_hp)}, "owned cost(N) + flexible cloud cost above N", tl,
@@ -264,9 +262,9 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
-    be = _break_even(cfg, tl, m, fl, held, prices, watts, _sum(all_cloud))
+    be = _break_even(cfg, tl, m, fl, held, watts, all_cloud)
     return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
-                     cheapest, sizing, be, plan, held, basis, day, pack)
+                     cheapest, sizing, be, plan, held, day, pack)
 
 
 def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
@@ -275,8 +273,8 @@ def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
 
 
-def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
-                prices: costs.CloudPrices, watts: float, all_cloud_usd: float) -> BreakEvenCalc:
+def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray, watts: float,
+                all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The held-hour utilization u* at which renting k × today's held demand (its bill scaled by k) costs the
     same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
 
@@ -290,10 +288,10 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
+    all_cloud_usd = _sum(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
     verdict = "cloud" if all_cloud_usd < own_ref and not m.data_residency else "on-prem"
-    bill = _cloud_of(cfg, tl, held, prices)[0]
-    variable = bill["cloud_reserved"] + bill["cloud_flexible"]
+    variable = all_cloud["cloud_reserved"] + all_cloud["cloud_flexible"]  # the all-cloud scenario's compute bill
     fixed = own_zero + _sum(costs.cloud_fixed(cfg, tl))
     if measured <= 0 or variable <= 1e-9:
         return BreakEvenCalc(None, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
