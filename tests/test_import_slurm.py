@@ -7,17 +7,18 @@ sacct man page: JobID forms 123_4 / 123+0, AllocTRES, --parsable2 without a trai
 from __future__ import annotations
 
 import os
+import re
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import duckdb
 import pytest
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer import hostlist
-from gpuaudit.importer.slurm import parse_sacct, parse_tres
+from gpuaudit.importer.slurm import FIELDS, parse_sacct, parse_tres
+from gpuaudit.store import open_dataset
 from helpers import one_error_line, run_cli
 
 FIXTURE = Path(__file__).parent / "data" / "sacct" / "cluster.txt"
@@ -89,7 +90,8 @@ def test_local_times_follow_tz_and_explicit_offsets_win() -> None:
 
 
 def test_parsable_with_trailing_bar_is_read_too() -> None:
-    text = "JobID|State|Start|End|NodeList|AllocTRES|\n8|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=2|\n"
+    text = ("JobID|State|Start|End|NodeList|AllocTRES|\n"
+            "8|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=2|\n")
     (row,) = parse_sacct(text, tz=UTC, now=NOW).rows
     assert row["gpus"] == 2
 
@@ -136,3 +138,79 @@ def test_host_lists_expand(text: str, hosts: list[str]) -> None:
 def test_bad_host_lists_are_refused(text: str) -> None:
     with pytest.raises(GpuauditError):
         hostlist.expand(text)
+
+
+def _allocated(root: Path) -> tuple[int, float]:
+    with open_dataset(root) as ds:
+        n, h = ds.fetchall("SELECT count(*), sum(gpus * epoch(end_ts - start_ts) / 3600) FROM allocations")[0]
+    return n, h
+
+
+def test_cli_import_is_exact_and_idempotent(tmp_path: Path) -> None:
+    """Allocated GPU-hours read back from the dataset are the hand-computed ones; importing the same output
+    again (or a longer one that overlaps it) replaces rows instead of adding them."""
+    args = ("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "UTC", "--now", "2026-01-05T16:00:00Z",
+            "--data", str(tmp_path))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "imported 10 allocation rows (7 jobs, 122.3 GPU-hours allocated)" in r.stdout
+    assert "skipped 2 jobs: no GPU in AllocTRES (e.g. 1004+0)" in r.stderr
+    n, h = _allocated(tmp_path)
+    assert n == 10 and h == pytest.approx(sum(EXPECTED_GPU_H.values()), abs=1e-9)
+    # Later, the running job 1002 has ended: its row is replaced, nothing doubles.
+    later = FIXTURE.read_text().replace("1002|1002|bob|chem|gpu-long|RUNNING|2026-01-05T10:00:00|Unknown|",
+                                        "1002|1002|bob|chem|gpu-long|COMPLETED|2026-01-05T10:00:00|"
+                                        "2026-01-05T18:00:00|")
+    r = run_cli("import", "slurm", "--sacct-file", "-", "--tz", "UTC", "--now", "2026-01-05T20:00:00Z",
+                "--data", str(tmp_path), input_text=later)
+    assert r.returncode == 0, r.stderr
+    assert "replaced 10 rows" in r.stdout
+    n, h = _allocated(tmp_path)
+    assert n == 10 and h == pytest.approx(sum(EXPECTED_GPU_H.values()) + 16 * 2, abs=1e-9)
+    with open_dataset(tmp_path) as ds:
+        assert ds.fetchall("SELECT DISTINCT state FROM allocations WHERE job_id = '1002'") == [("COMPLETED",)]
+
+
+def test_cli_runs_sacct_itself_with_offsets_in_its_times(tmp_path: Path) -> None:
+    """Without --sacct-file gpuaudit runs sacct with every user, the fields it needs and the window, and asks
+    for times with their offset (SLURM_TIME_FORMAT), so --tz does not matter then."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "args.txt"
+    body = re.sub(r"(T\d\d:\d\d:\d\d)\|", r"\1+0100|", FIXTURE.read_text())  # as %z prints them
+    (tmp_path / "out.txt").write_text(body)
+    script = bindir / "sacct"
+    script.write_text(f"#!/bin/sh\necho \"$SLURM_TIME_FORMAT $*\" > {log}\ncat {tmp_path / 'out.txt'}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = run_cli("import", "slurm", "--start", "2026-01-01", "--end", "2026-01-06", "--tz", "Asia/Tokyo",
+                "--now", "2026-01-05T16:00:00Z", "--data", str(tmp_path / "d"), env=env)
+    assert r.returncode == 0, r.stderr
+    called = log.read_text()
+    assert called.startswith("%Y-%m-%dT%H:%M:%S%z ")
+    for arg in ("--allusers", "--parsable2", f"--format={','.join(FIELDS)}", "-S", "-E"):
+        assert arg in called.split(), arg
+    with open_dataset(tmp_path / "d") as ds:
+        (start,) = ds.fetchall("SELECT start_ts FROM allocations WHERE job_id = '1001'")[0]
+    assert start == datetime(2026, 1, 5, 8, 0, tzinfo=UTC)  # 09:00+01:00, not Tokyo time
+
+
+def test_cli_malformed_input_writes_nothing(tmp_path: Path) -> None:
+    bad = FIXTURE.read_text().replace("2026-01-05T12:00:00|2026-01-05T13:30:00", "2026-01-05 12:00|2026-01-05T13:30:00")
+    r = run_cli("import", "slurm", "--sacct-file", "-", "--tz", "UTC", "--data", str(tmp_path), input_text=bad)
+    assert "job 1008: unknown time format" in one_error_line(r)
+    assert not (tmp_path / "gpu_allocations").exists()
+    r = run_cli("import", "slurm", "--sacct-file", str(tmp_path / "missing.txt"), "--data", str(tmp_path))
+    assert "cannot read --sacct-file" in one_error_line(r)
+    r = run_cli("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "Nowhere/City", "--data", str(tmp_path))
+    assert "unknown time zone" in one_error_line(r)
+    r = run_cli("import", "slurm", "--data", str(tmp_path), env={"PATH": str(tmp_path)})
+    assert "sacct is not on PATH" in one_error_line(r)
+
+
+def test_cli_reports_hosts_without_telemetry(tmp_path: Path) -> None:
+    (tmp_path / "gpu_samples" / "host=dgx-a100-01").mkdir(parents=True)
+    r = run_cli("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "UTC", "--now", "2026-01-05T16:00:00Z",
+                "--data", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "warning: 6 hosts have allocations but no telemetry" in r.stderr

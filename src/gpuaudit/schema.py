@@ -124,7 +124,7 @@ ALLOCATION_COLUMNS: tuple[Column, ...] = (
     Column("partition", "VARCHAR", "", "Slurm partition"),
     Column("namespace", "VARCHAR", "", "Kubernetes namespace of the pod"),
     Column("host", "VARCHAR", "", "node the GPUs were allocated on (partition key)", nullable=False),
-    Column("gpus", "FLOAT", "GPUs", "GPU equivalents allocated on this host (a MIG slice as its share: 3g.40gb "
+    Column("gpus", "DOUBLE", "GPUs", "GPU equivalents allocated on this host (a MIG slice as its share: 3g.40gb "
            "= 3/7; a multi-node job's GPUs split evenly over its nodes)", nullable=False),
     Column("gpu_type", "VARCHAR", "", "GPU type the scheduler named (Slurm GRES type, e.g. a100), if any"),
     Column("mig_profile", "VARCHAR", "", "MIG profile allocated, e.g. 3g.40gb; null for whole GPUs"),

@@ -25,7 +25,7 @@ from gpuaudit.errors import GpuauditError
 
 KEY = ("job_id", "host", "start_ts", "mig_profile")
 _DAY = pl.col("start_ts").dt.date()
-_POLARS = {"VARCHAR": pl.String, "FLOAT": pl.Float64, "TIMESTAMPTZ": pl.Datetime("us", "UTC")}
+_POLARS = {"VARCHAR": pl.String, "FLOAT": pl.Float32, "DOUBLE": pl.Float64, "TIMESTAMPTZ": pl.Datetime("us", "UTC")}
 
 
 def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -99,3 +99,33 @@ def write_allocations(root: Path | str, new: pl.DataFrame, source: str, *,
 
 def _parts(df: pl.DataFrame) -> list[tuple[str, Any]]:
     return list(df.select("host", _DAY.alias("d")).unique().iter_rows())
+
+
+def telemetry_hosts(root: Path | str) -> set[str]:
+    """Hosts with samples in the dataset, from the partition directories (no file is read)."""
+    base = Path(root) / schema.SAMPLES
+    return {unquote(d.name.removeprefix("host=")) for d in base.glob("host=*")} if base.is_dir() else set()
+
+
+@dataclass
+class ImportSummary:
+    rows: int
+    jobs: int
+    replaced: int
+    gpu_hours: float
+    skipped: dict[str, int]
+    examples: dict[str, str]
+    unknown_hosts: list[str]  # hosts of imported rows that have no telemetry in the dataset (kept, reported)
+
+
+def store_rows(root: Path | str, rows: list[dict[str, Any]], source: str, jobs: int, skipped: dict[str, int],
+               examples: dict[str, str], *, window: tuple[datetime, datetime] | None = None) -> ImportSummary:
+    """Write an importer's rows and say what happened (the CLI prints it)."""
+    df = frame(rows)
+    written = write_allocations(root, df, source, window=window)
+    seen = telemetry_hosts(root)
+    hosts = sorted(set(df["host"].to_list()))
+    unknown = [h for h in hosts if seen and h not in seen]
+    hours = float(df.select((pl.col("gpus") * (pl.col("end_ts") - pl.col("start_ts")).dt.total_seconds() / 3600)
+                            .sum()).item() or 0.0)
+    return ImportSummary(df.height, jobs, written.replaced, hours, dict(skipped), dict(examples), unknown)

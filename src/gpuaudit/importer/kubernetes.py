@@ -127,3 +127,13 @@ def _runs(series: dict[int, float], step_s: int) -> list[tuple[int, int, float]]
             out.append((ts - step_s, ts, v))
     return out
 
+
+
+def import_kubernetes(root: Any, client: PromClient | Transport, start: datetime, end: datetime, step_s: int, *,
+                      selector: str = "", max_points: int = MAX_POINTS) -> Any:
+    """Query kube-state-metrics for [start, end] and write the pods' GPU allocations into the dataset at `root`,
+    replacing what earlier imports wrote inside the window."""
+    from gpuaudit.importer.allocations import store_rows
+
+    got = import_rows(client, start, end, step_s, selector=selector, max_points=max_points)
+    return store_rows(root, got.rows, SOURCE, got.pods, got.skipped, {}, window=(got.start, got.end))

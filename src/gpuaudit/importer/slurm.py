@@ -233,3 +233,12 @@ def run_sacct(start: datetime, end: datetime, *, timeout_s: float = 300) -> str:
         detail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise GpuauditError(f"sacct failed: {detail}")
     return done.stdout
+
+
+def import_sacct(root: Any, text: str, *, tz: tzinfo | None = None, now: datetime | None = None) -> Any:
+    """Parse sacct output and write its allocations into the dataset at `root` (importer.allocations): all of
+    it or, on malformed input, nothing."""
+    from gpuaudit.importer.allocations import store_rows
+
+    parsed = parse_sacct(text, tz=tz, now=now)
+    return store_rows(root, parsed.rows, SOURCE, parsed.jobs, parsed.skipped, parsed.examples)
