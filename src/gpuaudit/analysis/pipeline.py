@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gpuaudit import schema
+from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, load_config, preset_comments
@@ -110,13 +111,18 @@ def analyze_rollups(
     _check_finite(t)
     tr = ut.trial(roll, t, cfg)
     use = ut.utilization(roll, t)
+    led, mapped = lg.ledger(roll.gpu_hours, roll.holders, roll.allocations, tr.start.timestamp(),
+                            tr.end.timestamp(), use.real_is_upper_bound)
+    use = dataclasses.replace(use, allocated_utilization=lg.allocated_utilization(led))
     demand, bucket_s = ut.demand_series(roll)
+    # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
+    billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
 
     measured = Measured(
-        w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
-        held=demand["gpus_held"].to_numpy().astype(float),
+        w=t.w, r=billed_r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
+        held=billed,
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
@@ -181,6 +187,7 @@ def analyze_rollups(
         assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
                                 fleet_gpus),
         warnings=tuple(warnings),
+        ledger=led,
     )
 
 

@@ -143,6 +143,36 @@ class Utilization:
     average_power_w: Figure
     energy_kwh: Figure
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
+    # allocated (believed) GPU-hours / W: what the scheduler shows (inferred from processes without allocations)
+    allocated_utilization: Figure | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The four-state ledger (GPU-h, summing to W) and how "allocated" was established.
+
+    basis: "allocations" (every host with telemetry has scheduler allocations), "mixed" (some do: the others
+    infer allocated from processes) or "processes" (no allocations: believed = held, as before).
+    scheduler_gpu_hours: Σ gpus × duration of the allocation rows inside the trial window (what the scheduler
+    reports), unmapped_gpu_hours: the part with no telemetry GPU to map onto, held_outside_allocation_gpu_hours:
+    active time beyond the allocation on hosts with allocations, inferred_share: share of the mapped allocated
+    time placed on GPUs without a process of the job. per_week: the states per ISO week (stacked bars)."""
+
+    basis: str
+    observed_gpu_hours: Figure
+    unallocated: Figure
+    allocated_no_process: Figure
+    held_idle: Figure
+    productive: Figure
+    allocated_gpu_hours: Figure
+    scheduler_gpu_hours: Figure
+    unmapped_gpu_hours: Figure
+    held_outside_allocation_gpu_hours: Figure
+    inferred_share: Figure
+    hosts_with_allocations: int
+    hosts_without_telemetry: tuple[str, ...]
+    per_week: Table
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -463,6 +493,7 @@ class AnalysisResult:
     confidence: Confidence
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
+    ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)

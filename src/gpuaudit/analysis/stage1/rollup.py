@@ -43,13 +43,16 @@ class Engine(Protocol):
 class Rollups:
     """gpu_hours: one row per GPU (or MIG slice) per hour. demand: one row per DEMAND_BUCKET_S bucket.
     holders: per GPU per hour per (user, job, pod), its process rows (the weight of its share).
-    skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract)."""
+    skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract).
+    allocations: the scheduler's allocations (sql/analysis_allocations.sql), one row per job per host; None or
+    empty when the dataset has none (the ledger then infers "allocated" from processes)."""
 
     gpu_hours: pl.DataFrame
     demand: pl.DataFrame
     holders: pl.DataFrame
     skipped_files: tuple[str, ...] = ()
     rejected_rows: tuple[str, ...] = ()
+    allocations: pl.DataFrame | None = None
 
 
 class DuckDBEngine:
@@ -77,7 +80,7 @@ def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
         shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
         rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
         return Rollups(roll.gpu_hours, roll.demand, roll.holders,
-                       tuple(f"{p}: {why}" for p, why in ds.skipped), rows)
+                       tuple(f"{p}: {why}" for p, why in ds.skipped), rows, roll.allocations)
 
 
 def rollups_from(engine: Engine) -> Rollups:
@@ -97,4 +100,5 @@ def rollups_from(engine: Engine) -> Rollups:
         gpu_hours=rollup.sort(_GPU_HOUR),
         demand=demand.drop("bucket", strict=False).sort("bucket_s"),
         holders=holders,
+        allocations=engine.query(load_sql("analysis_allocations")),
     )

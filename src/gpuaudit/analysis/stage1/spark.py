@@ -244,4 +244,4 @@ def load_rollups(root: Path | str) -> Rollups:
     finally:
         engine.close()
     return Rollups(roll.gpu_hours, roll.demand, roll.holders, tuple(f"{p}: {why}" for p, why in views.skipped),
-                   tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
+                   tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected), roll.allocations)

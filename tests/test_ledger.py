@@ -1,0 +1,128 @@
+"""The four-state ledger: scheduler allocations mapped onto observed GPU-hours (analysis/ledger.py).
+
+A hand-made node of 4 GPUs over 8 hours whose states are known by construction:
+- job 501 (Slurm) allocated 2 GPUs from 1 h to 5 h; its one process ran on g0 from 1 h to 3 h at SM 0.5;
+- job 502 allocated 1 GPU from 4 h to 8 h; its process held g2 from 4 h to 8 h with the SMs idle;
+- g3 ran a process of job 999, never allocated, from 6 h to 7 h at SM 1.0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
+
+from gpuaudit import schema, store
+from gpuaudit.analysis.ledger import STATES, ledger
+from gpuaudit.analysis.pipeline import analyze
+from gpuaudit.importer.allocations import frame, write_allocations
+
+N = 8 * 60  # 8 h of 60 s samples
+HOUR = 60
+
+
+def _alloc(job: str, host: str, gpus: float, h0: float, h1: float, **kw: object) -> dict:
+    return {"job_id": job, "job_id_raw": job, "user": kw.get("user", "alice"), "account": kw.get("account", "phys"),
+            "partition": "gpu", "namespace": None, "host": host, "gpus": gpus, "gpu_type": None, "mig_profile": None,
+            "start_ts": T0 + dt.timedelta(hours=h0), "end_ts": T0 + dt.timedelta(hours=h1),
+            "state": "COMPLETED", "source": "slurm"}
+
+
+def _node() -> tuple[list[dict], list[dict]]:
+    def window(a: float, b: float):  # sample i lies in [a h, b h)
+        return lambda i: a * HOUR <= i < b * HOUR
+
+    g0 = gpu_rows("n1", "g0", N, sm=lambda i: 0.5 if window(1, 3)(i) else 0.0, procs=lambda i: int(window(1, 3)(i)))
+    g1 = gpu_rows("n1", "g1", N)
+    g2 = gpu_rows("n1", "g2", N, procs=lambda i: int(window(4, 8)(i)))
+    g3 = gpu_rows("n1", "g3", N, sm=lambda i: 1.0 if window(6, 7)(i) else 0.0, procs=lambda i: int(window(6, 7)(i)))
+    procs = (proc_rows("n1", "g0", ends(g0, window(1, 3)), job_id="501")
+             + proc_rows("n1", "g2", ends(g2, window(4, 8)), job_id="502", user="bob")
+             + proc_rows("n1", "g3", ends(g3, window(6, 7)), job_id="999", user="carol"))
+    return g0 + g1 + g2 + g3, procs
+
+
+ALLOCS = [_alloc("501", "n1", 2, 1, 5), _alloc("502", "n1", 1, 4, 8, user="bob")]
+
+
+def _ledger(allocs: list[dict] | None):
+    samples, procs = _node()
+    roll = rollups(samples, procs, allocs)
+    start, end = T0.timestamp(), (T0 + dt.timedelta(hours=8)).timestamp()
+    return ledger(roll.gpu_hours, roll.holders, roll.allocations, start, end, False)
+
+
+def test_four_states_are_known_and_sum_to_w() -> None:
+    led, m = _ledger(ALLOCS)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert led.basis == "allocations"
+    assert v == pytest.approx({"productive": 2.0, "held_idle": 5.0, "allocated_no_process": 6.0,
+                               "unallocated": 19.0}, abs=1e-6)
+    assert sum(v.values()) == pytest.approx(led.observed_gpu_hours.value) == pytest.approx(32.0)
+    assert led.allocated_gpu_hours.value == pytest.approx(12.0)
+    assert led.scheduler_gpu_hours.value == pytest.approx(12.0)
+    assert led.held_outside_allocation_gpu_hours.value == pytest.approx(1.0)
+    assert led.unmapped_gpu_hours.value == pytest.approx(0.0)
+    # Every GPU-hour partitions its own observed time.
+    g = m.gpu_hours.with_columns(pl.sum_horizontal(*(f"{s}_s" for s in STATES)).alias("sum_s"))
+    assert (g["sum_s"] - g["observed_s"]).abs().max() < 1e-6
+    assert g.select(pl.min_horizontal(*(f"{s}_s" for s in STATES)).min()).item() >= -1e-9
+    weeks = led.per_week.rows
+    assert sum(r["allocated_no_process"] for r in weeks) == pytest.approx(6.0)
+
+
+def test_job_gpus_go_to_its_process_first() -> None:
+    """502 held g2: its allocation lands there (matched), not spread over idle GPUs."""
+    _, m = _ledger(ALLOCS)
+    g2 = m.gpu_hours.filter((pl.col("gpu_uuid") == "g2") & (pl.col("hour_s") >= T0.timestamp() + 5 * 3600))
+    assert g2["allocated_s"].sum() == pytest.approx(3 * 3600)
+    g0 = m.gpu_hours.filter((pl.col("gpu_uuid") == "g0") & (pl.col("hour_s") < T0.timestamp() + 3 * 3600))
+    assert g0["allocated_s"].sum() == pytest.approx(2 * 3600)
+
+
+def test_without_allocations_believed_is_held_and_nothing_changes() -> None:
+    led, _ = _ledger(None)
+    assert led.basis == "processes"
+    assert led.allocated_no_process.value == 0
+    assert led.allocated_gpu_hours.value == pytest.approx(2 + 4 + 1)  # held hours
+    assert "inferred from the processes" in led.notes[0]
+    v = {s: getattr(led, s).value for s in STATES}
+    assert sum(v.values()) == pytest.approx(32.0)
+
+
+def test_unknown_host_and_overflow_are_unmapped() -> None:
+    led, _ = _ledger([*ALLOCS, _alloc("600", "ghost", 4, 0, 2), _alloc("601", "n1", 8, 0, 1)])
+    assert led.hosts_without_telemetry == ("ghost",)
+    assert led.unmapped_gpu_hours.value == pytest.approx(8 + 4)  # ghost's 8, and 8 GPUs on 4 in hour 0
+    assert led.scheduler_gpu_hours.value == pytest.approx(12 + 8 + 8)
+
+
+def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Path) -> None:
+    """analyze --json has `ledger` and utilization.allocated_utilization; with allocations the cost model's
+    held-hour basis is the allocated demand (per 5-minute bucket the larger of held and allocated)."""
+    samples, procs = _node()
+    write(tmp_path / "plain", samples, procs)
+    write(tmp_path / "alloc", samples, procs)
+    write_allocations(tmp_path / "alloc", frame(ALLOCS), "slurm")
+    plain, alloc = analyze(tmp_path / "plain"), analyze(tmp_path / "alloc")
+    d = alloc.to_dict()
+    assert d["ledger"]["allocated_no_process"]["value"] == pytest.approx(6.0)
+    assert d["utilization"]["allocated_utilization"]["value"] == pytest.approx(12 / 32)
+    assert plain.to_dict()["utilization"]["allocated_utilization"]["value"] == pytest.approx(7 / 32)
+    assert plain.to_dict()["ledger"]["basis"] == "processes"
+    # held: 7 GPU-h; billed max(held, allocated) by hour: 0+2+2+2+3+1+2+1 = 13 GPU-h of W = 32.
+    assert plain.break_even.measured_held == pytest.approx(7 / 32, rel=1e-6)
+    assert alloc.break_even.measured_held == pytest.approx(13 / 32, rel=1e-6)
+    assert plain.utilization.real_utilization.value == alloc.utilization.real_utilization.value
+
+
+def test_allocations_view_rejects_end_before_start(tmp_path: Path) -> None:
+    """A foreign file with an allocation that ends before it starts is left out by the view's rules."""
+    bad = frame([_alloc("7", "n1", 1, 2, 3)]).with_columns(end_ts=pl.col("start_ts") - dt.timedelta(hours=1))
+    store.write_table(tmp_path, schema.ALLOCATIONS, bad.with_columns(pl.col("end_ts")), name="foreign")
+    with store.open_dataset(tmp_path) as ds:
+        assert ds.fetchall("SELECT count(*) FROM allocations")[0][0] == 0
+        assert [r[1] for r in ds.rejected_rows()] == ["end_ts before start_ts"]
