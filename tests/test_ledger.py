@@ -126,3 +126,77 @@ def test_allocations_view_rejects_end_before_start(tmp_path: Path) -> None:
     with store.open_dataset(tmp_path) as ds:
         assert ds.fetchall("SELECT count(*) FROM allocations")[0][0] == 0
         assert [r[1] for r in ds.rejected_rows()] == ["end_ts before start_ts"]
+
+
+def _charge(allocs, samples=None, procs=None):  # type: ignore[no-untyped-def]
+    from gpuaudit.analysis import utilization as ut
+    from gpuaudit.analysis.chargeback import chargeback
+
+    if samples is None:
+        samples, procs = _node()
+    roll = rollups(samples, procs, allocs)
+    t = ut.totals(roll)
+    start, end = T0.timestamp(), (T0 + dt.timedelta(hours=8)).timestamp()
+    return chargeback(ut.holder_hours(roll), roll.allocations, start, end, 2.0, (t.s - t.s_held) * 3600), t
+
+
+def test_chargeback_rows_sum_to_fleet_totals() -> None:
+    charge, t = _charge(ALLOCS)
+    for by in ("account", "user", "partition", "namespace"):
+        rows = charge.by(by).rows
+        assert sum(r["allocated_gpu_hours"] for r in rows) == pytest.approx(12.0), by
+        assert sum(r["held_gpu_hours"] for r in rows) == pytest.approx(t.r), by
+        assert sum(r["real_gpu_hours"] for r in rows) == pytest.approx(t.s), by
+    acct = {r["account"]: r for r in charge.by_account.rows}
+    assert acct["phys"]["allocated_gpu_hours"] == pytest.approx(12.0)
+    assert acct["phys"]["held_gpu_hours"] == pytest.approx(6.0)
+    assert acct["phys"]["idle_gpu_hours"] == pytest.approx(11.0)
+    assert acct["phys"]["idle_usd"] == pytest.approx(22.0)
+    assert acct["(no allocation)"]["held_gpu_hours"] == pytest.approx(1.0)
+    assert charge.by_account.rows[0]["account"] == "phys"  # ranked by idle cost
+    users = {r["user"]: r for r in charge.by_user.rows}
+    assert users["bob"]["allocated_gpu_hours"] == pytest.approx(4.0)
+    assert users["carol"]["allocated_gpu_hours"] == 0
+
+
+def test_idle_jobs_zero_util_allocated_unused_and_idle_after_active() -> None:
+    g0 = gpu_rows("n1", "g0", N, sm=lambda i: 0.6 if i < HOUR else 0.0, procs=lambda i: int(i < 4 * HOUR))
+    g1 = gpu_rows("n1", "g1", N)
+    procs = proc_rows("n1", "g0", ends(g0, lambda i: i < 4 * HOUR), job_id="700")
+    allocs = [_alloc("700", "n1", 1, 0, 4), _alloc("701", "n1", 1, 2, 4), _alloc("702", "n1", 1, 4, 4.5)]
+    charge, _ = _charge(allocs, g0 + g1, procs)
+    listed = {r["job"]: r for r in charge.idle_jobs.rows}
+    assert listed.keys() == {"700", "701"}  # 702: half an hour only
+    assert listed["700"]["reason"] == "idle after an active stretch"
+    assert listed["700"]["idle_gpu_hours"] == pytest.approx(3.0)
+    assert listed["700"]["active_hours"] == 1
+    assert listed["701"]["reason"] == "allocated, no process"
+    assert listed["701"]["idle_gpu_hours"] == pytest.approx(2.0)
+
+
+def test_cli_report_by_writes_chargeback_csv_and_json(tmp_path: Path) -> None:
+    import csv
+    import json
+
+    from tests.helpers import one_error_line, run_cli
+
+    samples, procs = _node()
+    root = write(tmp_path / "d", samples, procs)
+    rows = [{**a, "account": "=cmd|x" if a["job_id"] == "502" else a["account"]} for a in ALLOCS]
+    write_allocations(root, frame(rows), "slurm")
+    r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out"), "-f", "json", "--by",
+                "account,namespace", "--quiet")
+    assert r.returncode == 0, r.stderr
+    with (tmp_path / "out" / "chargeback-account.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert sum(float(x["allocated_gpu_hours"]) for x in table) == pytest.approx(12.0)
+    assert sum(float(x["held_gpu_hours"]) for x in table) == pytest.approx(7.0)
+    assert sum(float(x["real_gpu_hours"]) for x in table) == pytest.approx(2.0)
+    assert "'=cmd|x" in {x["account"] for x in table}  # a formula from the data is defused
+    doc = json.loads((tmp_path / "out" / "chargeback-namespace.json").read_text())
+    assert doc["basis"] == "allocations" and doc["usd_per_gpu_hour"] > 0
+    idle = json.loads((tmp_path / "out" / "idle-jobs.json").read_text())
+    assert {row["job"]: row["reason"] for row in idle["rows"]}["502"] == "0 % SM activity while held"
+    r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out2"), "--by", "team")
+    assert "unknown --by 'team'" in one_error_line(r)
+    assert not (tmp_path / "out2").exists()

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gpuaudit import schema
+from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
@@ -155,6 +156,8 @@ def analyze_rollups(
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
+    charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
+                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), max(0.0, (t.s - t.s_held) * 3600))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
@@ -188,6 +191,7 @@ def analyze_rollups(
                                 fleet_gpus),
         warnings=tuple(warnings),
         ledger=led,
+        chargeback=charge,
     )
 
 

@@ -176,6 +176,25 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class Chargeback:
+    """Showback per account, user, partition and namespace (analysis/chargeback.py): allocated, held and real
+    GPU-hours, efficiency, the idle part and its cost at usd_per_gpu_hour (the configured cloud list price),
+    ranked by that cost; rows of each table sum to the fleet totals. idle_jobs: jobs at 0 % for an hour or more,
+    and jobs that went idle after an active stretch."""
+
+    usd_per_gpu_hour: float
+    by_account: Table
+    by_user: Table
+    by_partition: Table
+    by_namespace: Table
+    idle_jobs: Table
+
+    def by(self, key: str) -> Table:
+        return {"account": self.by_account, "user": self.by_user, "partition": self.by_partition,
+                "namespace": self.by_namespace}[key]
+
+
+@dataclass(frozen=True)
 class Breakdowns:
     """Breakdown tables (see each Table's columns for units).
 
@@ -494,6 +513,7 @@ class AnalysisResult:
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
     ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
+    chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)
