@@ -200,3 +200,23 @@ def test_cli_report_by_writes_chargeback_csv_and_json(tmp_path: Path) -> None:
     r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out2"), "--by", "team")
     assert "unknown --by 'team'" in one_error_line(r)
     assert not (tmp_path / "out2").exists()
+
+
+def test_report_first_section_shows_allocated_held_real_and_the_ledger(tmp_path: Path) -> None:
+    from gpuaudit.report.writer import write_report
+
+    samples, procs = _node()
+    write(tmp_path / "plain", samples, procs)
+    write(tmp_path / "alloc", samples, procs)
+    write_allocations(tmp_path / "alloc", frame(ALLOCS), "slurm")
+    md = {}
+    for name in ("plain", "alloc"):
+        written = write_report(analyze(tmp_path / name), tmp_path / f"out-{name}", ["md"])
+        text = written.files["md"].read_text()
+        md[name] = text[text.index("## 1. "):text.index("## 2. ")]
+        assert (tmp_path / f"out-{name}" / "charts" / "ledger.svg").read_text().startswith("<?xml")
+    assert "Believed: allocated (scheduler) utilization | 37.5 %" in md["alloc"]
+    assert "The scheduler shows the fleet 37.5 % allocated" in md["alloc"]
+    assert "| allocated, no process | 6.0 GPU-h | 18.8 %" in md["alloc"]
+    assert "believed is inferred from processes" in md["plain"]
+    assert "allocated (scheduler)" not in md["plain"]

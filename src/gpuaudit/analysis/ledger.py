@@ -208,6 +208,9 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
             notes.append(f"{m.unmapped_s / H:,.1f} GPU-h of allocations found no GPU with telemetry to map onto "
                          "(hosts without samples, or more GPUs allocated than reported): left out of the ledger.")
     unknown = tuple(sorted(alloc_hosts - hosts_seen))
+    if unknown:
+        notes.append(f"{len(unknown)} hosts with allocations have no telemetry (e.g. {unknown[0]}): their "
+                     "allocations are outside the ledger.")
     week = _per_week(g)
     return Ledger(
         basis=basis,
