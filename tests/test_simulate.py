@@ -182,7 +182,8 @@ def test_chunking_and_workers_do_not_change_the_data(tmp_path: Path, monkeypatch
     sim.simulate(tmp_path / "w", workers=2, **args)
     monkeypatch.setattr(sim, "CHUNK_ROWS", 600)  # one host per chunk
     sim.simulate(tmp_path / "b", **args)
-    files = sorted(p.relative_to(tmp_path / "b").parent for p in (tmp_path / "b").rglob("*.parquet"))
+    files = sorted(p.relative_to(tmp_path / "b").parent for t in ("gpu_samples", "gpu_processes")
+                   for p in (tmp_path / "b" / t).rglob("*.parquet"))
     assert len(files) == len(set(files)) == 3 * 2 * 2  # one file per host, date and table
     assert _fingerprint(tmp_path / "a") == _fingerprint(tmp_path / "b") == _fingerprint(tmp_path / "w")
 
