@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from gpuaudit.agent.procinfo import Attributor, ProcAttributor, parse_cgroup
 from gpuaudit.agent.sampler import Sampler, Unit
 from gpuaudit.errors import GpuauditError
-from gpuaudit.nvml import Nvml
+from gpuaudit.agent.nvml import Nvml
 
 SM_TOLERANCE = 0.05  # absolute, on the 0-1 fraction (the issue's bound)
 DUTY_TOLERANCE = 0.10  # absolute: NVML's utilization samples cover 1/6 s to 1 s windows, coarser than GPM
@@ -191,7 +191,7 @@ def compare(step: Step, sm_count: int, rows: list[dict[str, Any]], procs: list[d
     measured = [ok for ok in (sm_ok, duty_ok) if ok is not None]
     passed = bool(rows) and bool(measured) and all(measured) and attr_ok
     return StepResult(
-        k=step.k, d=step.d, expected_sm_active=round(exp_sm, 6), measured_sm_active=sm, sm_active_ok=sm_ok,
+        k=step.k, d=step.d, expected_sm_active=exp_sm, measured_sm_active=sm, sm_active_ok=sm_ok,
         expected_duty_cycle=step.d, measured_duty_cycle=duty, duty_cycle_ok=duty_ok, power_w=power,
         energy_j=energy, energy_delta_j=delta, seconds=seconds, intervals=len(rows), process_found=found,
         process=row, attribution_ok=attr_ok, passed=passed, notes=notes)
@@ -412,7 +412,7 @@ def _ok(v: bool | None) -> str:
 
 
 def render(report: dict[str, Any]) -> str:
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     dev, load = report["device"], report["load"]
     tol = report["tolerances"]
@@ -482,7 +482,7 @@ class SimulatedLoad:
     what its kernel would do is written into the fake NVML's CalibratedPattern at the time it happens."""
 
     def __init__(self, proc: Any, pattern: Any, clock: Callable[[], float], *, listed_pid: int) -> None:
-        from gpuaudit import fakenvml
+        from gpuaudit.sim import fakenvml
 
         self.proc, self.pattern, self.clock = proc, pattern, clock
         self.info = proc.info
@@ -512,7 +512,7 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
     """The fake NVML (`hardware` profile) showing the calibrated pattern; `fault` injects what the selftest
     must catch: busy (someone else's work on the GPU), no-libcuda, miscalibrated (GPM reads 0.1 high),
     foreign-pid (NVML lists the load under a pid this process cannot see)."""
-    from gpuaudit import fakenvml
+    from gpuaudit.sim import fakenvml
     from gpuaudit.agent.cudaload import LoadProcess
 
     if fault is not None and fault not in SIMULATED_FAULTS:

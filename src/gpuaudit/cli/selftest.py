@@ -44,7 +44,7 @@ def selftest(
     each period) makes SM activity (k/SMs) x d and duty cycle d by construction; the agent's sampler measures it
     at 1 s. Exit status: 0 every step within tolerance; 1 a step failed; 2 cannot run; 130 interrupted."""
     from gpuaudit.agent import selftest as st
-    from gpuaudit.jsonout import dumps
+    from gpuaudit.util.jsonio import dumps
 
     if backend not in ("auto", "driver", "torch"):
         fail(f"--backend must be auto, driver or torch, got {backend!r}")
@@ -69,7 +69,8 @@ def selftest(
     if hold is not None:
         echo_line(st.hold(config, env, hold, on_running=echo_line))
         return
-    progress = None if as_json else (lambda msg: typer.echo(f"gpuaudit: {msg}", err=True))
+    # Progress for a person watching; a script or a pipe gets only the report (and errors stay one line).
+    progress = (lambda msg: typer.echo(f"gpuaudit: {msg}", err=True)) if sys.stderr.isatty() and not as_json else None
     report = st.run(config, env, progress=progress)
     typer.echo(dumps(report, indent=2) if as_json else st.render(report))
     if not report["passed"]:
