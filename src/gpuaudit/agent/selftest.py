@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpuaudit.agent.nvml import Nvml
 from gpuaudit.agent.procinfo import Attributor, ProcAttributor, parse_cgroup
 from gpuaudit.agent.sampler import Sampler, Unit
 from gpuaudit.errors import GpuauditError
-from gpuaudit.agent.nvml import Nvml
 
 SM_TOLERANCE = 0.05  # absolute, on the 0-1 fraction (the issue's bound)
 DUTY_TOLERANCE = 0.10  # absolute: NVML's utilization samples cover 1/6 s to 1 s windows, coarser than GPM
@@ -512,8 +512,8 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
     """The fake NVML (`hardware` profile) showing the calibrated pattern; `fault` injects what the selftest
     must catch: busy (someone else's work on the GPU), no-libcuda, miscalibrated (GPM reads 0.1 high),
     foreign-pid (NVML lists the load under a pid this process cannot see)."""
-    from gpuaudit.sim import fakenvml
     from gpuaudit.agent.cudaload import LoadProcess
+    from gpuaudit.sim import fakenvml
 
     if fault is not None and fault not in SIMULATED_FAULTS:
         raise GpuauditError(f"unknown --simulate-fault {fault!r}; expected one of {', '.join(SIMULATED_FAULTS)}")
