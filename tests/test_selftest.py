@@ -149,8 +149,8 @@ def test_ctrl_c_stops_the_load_at_once() -> None:
     """SIGINT to the selftest in the middle of a step (real time): it kills the load process and exits 130 with
     one line, within a second or two, not after the step."""
     code = ("import functools, sys\n"
-            "from gpuaudit.agent import selftest as st\n"
-            "st.simulated_environment = functools.partial(st.simulated_environment, virtual_time=False)\n"
+            "from gpuaudit.sim import selftestfake as sf\n"
+            "sf.simulated_environment = functools.partial(sf.simulated_environment, virtual_time=False)\n"
             "sys.argv = ['gpuaudit', 'selftest', '--simulate', '--json']\n"
             "from gpuaudit.cli import main\nmain()\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -55,7 +55,9 @@ def selftest(
     config = st.SelftestConfig(gpu=gpu, mig_instance=mig_instance, force=force, backend=backend,
                                measure_s=step_seconds)
     if simulate:
-        env = st.simulated_environment(config, hardware=simulate_hardware, n_gpus=simulate_gpus,
+        from gpuaudit.sim.selftestfake import simulated_environment
+
+        env = simulated_environment(config, hardware=simulate_hardware, n_gpus=simulate_gpus,
                                        fault=simulate_fault)
     elif simulate_fault or simulate_hardware != "h100" or simulate_gpus != 1:
         fail("--simulate-hardware, --simulate-gpus and --simulate-fault need --simulate")
