@@ -84,7 +84,52 @@ def agent_run_check(data: Path, hold: dict[str, Any] | None, simulated: bool) ->
     return {**out, "ok": all(checks) and (sm is not None or duty is not None)}
 
 
+NOT_RUN = ("Not run on GPU hardware yet: no session so far had a GPU machine. The script is ready and tested "
+           "end to end against the fake NVML (tests/test_gpu_check.py). On a GPU machine: `bash "
+           "benchmarks/gpu_check.sh --out benchmarks/gpu_check.json` (wheels from `bash "
+           "benchmarks/build_gpu_check_wheels.sh`), then `python benchmarks/gpu_check_summary.py --markdown "
+           "benchmarks/gpu_check.json` gives this section.")
+
+
+def _n(v: Any, fmt: str = ".3f") -> str:
+    return "" if v is None else format(v, fmt)
+
+
+def markdown(result: dict[str, Any] | None) -> str:
+    """The RESULTS.md section for one gpu_check.json (or the note that there is none yet)."""
+    head = "## GPU check (benchmarks/gpu_check.sh)\n\n"
+    if result is None:
+        return head + NOT_RUN + "\n"
+    st = result.get("selftest") or {}
+    dev, load = st.get("device") or {}, st.get("load") or {}
+    lines = [
+        f"- verdict: **{result['verdict']}**{' (simulated)' if result['simulated'] else ''}, in "
+        f"{_n(result.get('elapsed_s'), '.0f')} s; gpuaudit {result['gpuaudit_version']}, Python {result['python']}",
+        f"- device: {dev.get('name')} ({dev.get('uuid')}), driver {result.get('driver_version')}, "
+        f"{dev.get('sm_count')} SMs, compute capability {dev.get('compute_capability')}, "
+        f"GPM {'yes' if result.get('gpm') else 'no'}",
+        f"- load: {load.get('backend')} backend, {load.get('blocks_per_sm')} block per SM "
+        f"({load.get('shared_memory_per_block_bytes')} B shared memory each), period {load.get('period_s')} s",
+        "", "| k | d | SM expected | SM measured | duty expected | duty measured | power W | energy Δ idle J | "
+        "process | passed |", "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in st.get("steps", []):
+        lines.append(f"| {s['k']} | {s['d']} | {_n(s['expected_sm_active'])} | {_n(s['measured_sm_active'])} | "
+                     f"{s['expected_duty_cycle']} | {_n(s['measured_duty_cycle'])} | {_n(s['power_w'], '.1f')} | "
+                     f"{_n(s['energy_delta_j'], '.0f')} | {s['attribution_ok']} | {s['passed']} |")
+    run = result.get("agent_run") or {}
+    lines += ["", f"- agent run ({run.get('seconds')} s at 1 s, load held at k = all, d = 0.5): SM activity "
+              f"{_n(run.get('measured_sm_active'))} (expected {_n(run.get('expected_sm_active'))}), duty cycle "
+              f"{_n(run.get('measured_duty_cycle'))} (expected {_n(run.get('expected_duty_cycle'))}), load pid "
+              f"recorded: {run.get('load_pid_recorded')}, ok: {run.get('ok')}"]
+    lines += [f"- note: {n}" for n in st.get("notes") or []]
+    return head + "\n".join(lines) + "\n"
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--markdown":
+        print(markdown(_json(Path(sys.argv[2]))), end="")
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)

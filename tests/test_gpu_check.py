@@ -48,6 +48,12 @@ def _assert_result(r: subprocess.CompletedProcess[str], result: dict, elapsed: f
 def test_gpu_check_runs_end_to_end_against_the_fake_nvml(tmp_path: Path) -> None:
     r, result, elapsed = run_check(tmp_path, "--python", sys.executable)
     _assert_result(r, result, elapsed)
+    # The RESULTS.md section a GPU run records: device, driver, GPM, every step's expected vs measured.
+    md = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check_summary.py"), "--markdown",
+                         str(tmp_path / "result" / "gpu_check.json")], capture_output=True, text=True, check=True).stdout
+    assert md.startswith("## GPU check (benchmarks/gpu_check.sh)\n\n- verdict: **pass** (simulated)")
+    assert "driver 550.54.15, 132 SMs" in md and "GPM yes" in md
+    assert md.count("\n| 132 | ") == 3 and "| 66 | 1.0 | 0.500 | 0.500 |" in md
 
 
 def test_gpu_check_without_wheels_says_how_to_build_them(tmp_path: Path) -> None:
