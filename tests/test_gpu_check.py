@@ -50,7 +50,8 @@ def test_gpu_check_runs_end_to_end_against_the_fake_nvml(tmp_path: Path) -> None
     _assert_result(r, result, elapsed)
     # The RESULTS.md section a GPU run records: device, driver, GPM, every step's expected vs measured.
     md = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check_summary.py"), "--markdown",
-                         str(tmp_path / "result" / "gpu_check.json")], capture_output=True, text=True, check=True).stdout
+                         str(tmp_path / "result" / "gpu_check.json")],
+                        capture_output=True, text=True, check=True).stdout
     assert md.startswith("## GPU check (benchmarks/gpu_check.sh)\n\n- verdict: **pass** (simulated)")
     assert "driver 550.54.15, 132 SMs" in md and "GPM yes" in md
     assert md.count("\n| 132 | ") == 3 and "| 66 | 1.0 | 0.500 | 0.500 |" in md
