@@ -29,6 +29,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -115,8 +116,11 @@ class CudaError(GpuauditError):
         super().__init__(f"{fn} failed with {self.name}{detail}" + (f"; {hint}" if hint else ""))
 
 
-def load_library(names: Sequence[str] = LIBCUDA_NAMES, loader: Callable[[str], Any] = ctypes.CDLL) -> Any:
-    """The first of `names` that loads; none: CudaUnavailable with the hint."""
+def load_library(names: Sequence[str] | None = None, loader: Callable[[str], Any] = ctypes.CDLL) -> Any:
+    """The first of `names` that loads (default: $GPUAUDIT_LIBCUDA, else libcuda.so.1 on the library path);
+    none: CudaUnavailable with the hint."""
+    if names is None:
+        names = (os.environ["GPUAUDIT_LIBCUDA"],) if os.environ.get("GPUAUDIT_LIBCUDA") else LIBCUDA_NAMES
     errors = []
     for name in names:
         try:
@@ -270,7 +274,7 @@ class SpinKernel:
         self._ctx = ctypes.c_void_p()
         self._module = ctypes.c_void_p()
         self._func = ctypes.c_void_p()
-        self._primary = primary
+        self._primary = primary or not d.has("cuCtxCreate_v2")
         d.call("cuInit", 0)
         dev = ctypes.c_int()
         d.call("cuDeviceGet", ctypes.byref(dev), ordinal)
@@ -297,7 +301,7 @@ class SpinKernel:
             raise CudaError("cuDeviceGetAttribute", 801, "CUDA_ERROR_NOT_SUPPORTED",
                             f"a block can take only {self.smem_bytes} of the SM's {self.smem_per_sm} bytes of "
                             "shared memory, so one block per SM cannot be enforced on this GPU")
-        if primary:  # PyTorch's context (the torch backend)
+        if self._primary:  # PyTorch's context (the torch backend), or a driver without cuCtxCreate_v2
             d.call("cuDevicePrimaryCtxRetain", ctypes.byref(self._ctx), self.device)
             d.call("cuCtxSetCurrent", self._ctx)
         else:
@@ -519,7 +523,9 @@ class LoadProcess:
             env["CUDA_VISIBLE_DEVICES"] = cuda_device
         argv = [sys.executable, "-m", "gpuaudit.agent.cudaload", "--backend", backend, "--period-s", str(period_s),
                 *(["--expect-uuid", cuda_device] if cuda_device else []), *extra_args]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # stderr to a file, not a pipe nobody reads while the load runs (a full pipe would block it)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill(), it outlives this call)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      env=env)
         self._buf = b""
         self.info: dict[str, Any] = {}
@@ -554,7 +560,8 @@ class LoadProcess:
         msg = self._line(timeout_s)
         if msg is None:
             self.proc.wait(timeout=5)
-            err = (self.proc.stderr.read().decode("utf-8", "replace") if self.proc.stderr else "").strip()
+            self._stderr.seek(0)
+            err = self._stderr.read().decode("utf-8", "replace").strip()
             last = err.splitlines()[-1] if err else "no message"
             raise GpuauditError(f"the load process exited with status {self.proc.returncode}: {last}")
         if msg.get("event") == "error":
@@ -585,7 +592,7 @@ class LoadProcess:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdin, self.proc.stdout, self._stderr):
             if f is not None:
                 with contextlib.suppress(OSError):
                     f.close()

@@ -64,10 +64,11 @@ class SimulatedLoad:
 
 def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_gpus: int = 1,
                           fault: str | None = None, virtual_time: bool = True, host: str = "selftest-sim",
-                          ) -> Environment:
+                          load_backend: str = "simulated") -> Environment:
     """The fake NVML (`hardware` profile) showing the calibrated pattern; `fault` injects what the selftest
     must catch: busy (someone else's work on the GPU), no-libcuda, miscalibrated (GPM reads 0.1 high),
-    foreign-pid (NVML lists the load under a pid this process cannot see)."""
+    foreign-pid (NVML lists the load under a pid this process cannot see). `load_backend="driver"` runs the
+    real ctypes load against whatever libcuda $GPUAUDIT_LIBCUDA names (the tests' stand-in)."""
     from gpuaudit.agent.cudaload import LoadProcess
     from gpuaudit.sim import fakenvml
 
@@ -95,7 +96,11 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
         sms = max(round(whole * t.unit.gpu_fraction), 1)
         pattern.unit, pattern.sm_count = t.unit.handle.unit, sms
         extra = ["--sm-count", str(sms), *(["--fail", "no-libcuda"] if fault == "no-libcuda" else [])]
-        proc = LoadProcess("simulated", cuda_device=t.cuda_device, period_s=c.period_s, extra_args=extra)
+        if load_backend == "simulated":
+            proc = LoadProcess("simulated", cuda_device=t.cuda_device, period_s=c.period_s, extra_args=extra)
+        else:
+            proc = LoadProcess(load_backend, cuda_device=None, period_s=c.period_s)
+            pattern.sm_count = int(proc.info["sm_count"])
         listed = proc.pid + 2**22 if fault == "foreign-pid" else proc.pid  # beyond pid_max: no such process here
         return SimulatedLoad(proc, pattern, clock, listed_pid=listed)
 
