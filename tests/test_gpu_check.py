@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import REPO
+from tests.test_package import lean_venv, wheel  # noqa: F401  (fixtures: the wheel installed without extras)
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 WHEELS = REPO / "benchmarks" / "wheels"
@@ -77,3 +78,10 @@ def test_gpu_check_installs_the_agent_offline_from_the_carried_wheels(tmp_path: 
     r, result, elapsed = run_check(tmp_path, env={**env, "PIP_INDEX_URL": "http://127.0.0.1:9/none"})
     _assert_result(r, result, elapsed)
     assert "installing the agent" in r.stderr
+
+
+def test_gpu_check_runs_in_the_agent_only_install(lean_venv: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The script and `selftest --simulate` need nothing beyond the agent's base install (no polars, numpy)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r, result, elapsed = run_check(tmp_path, "--python", str(lean_venv / "bin" / "python"), env=env)
+    _assert_result(r, result, elapsed)
