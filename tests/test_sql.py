@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from tests.helpers import REPO, run_cli
-from tests.test_store import samples_frame
+from tests.store_helpers import samples_frame
 
 from gpuaudit import schema, store
 
