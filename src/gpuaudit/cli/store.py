@@ -36,7 +36,8 @@ def sql(
     fmt: str = typer.Option("table", "--format", help="Output format: table, csv, json or parquet."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the result to this file (required for parquet)."),
     views: bool = typer.Option(False, "--views", help="Print CREATE VIEW statements for the DuckDB CLI and exit."),
-    list_queries: bool = typer.Option(False, "--list", help="List the canned user queries, a line each (the analyzer's own sql/analysis_*.sql are not listed)."),
+    list_queries: bool = typer.Option(False, "--list", help="List the canned user queries, a line each "
+                                     "(the analyzer's own sql/analysis_*.sql are not listed)."),
     data: Path = DataOption,
 ) -> None:
     """Query the dataset with SQL (DuckDB). Read-only: writes, ATTACH, COPY and SET are refused.
