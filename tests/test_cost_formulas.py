@@ -91,7 +91,8 @@ def test_instance_billing_break_even_from_a_bill_priced_by_hand() -> None:
     be = cost_block(cfg, m, what_if=False).break_even
     compute = 8 * 730.0 * (55.04 / 8) * 0.62 * months  # one instance, reserved 24/7
     c = cfg.cloud
-    fixed_cloud = 0.09 * 500.0 * 52 / 12 * months + c.managed_services_usd_once + c.managed_services_usd_per_month * months
+    egress = 0.09 * 500.0 * 52 / 12 * months
+    fixed_cloud = egress + c.managed_services_usd_once + c.managed_services_usd_per_month * months
     fl = fleet(cfg, m)
     tl = timeline(cfg)
     own = float(owned_total(owned_cost(cfg, tl, 8.0, 400.0, fl.existing, fl.age_years))[0])
