@@ -46,18 +46,6 @@ def _assert_result(r: subprocess.CompletedProcess[str], result: dict, elapsed: f
     assert elapsed < 300
 
 
-def test_gpu_check_runs_end_to_end_against_the_fake_nvml(tmp_path: Path) -> None:
-    r, result, elapsed = run_check(tmp_path, "--python", sys.executable)
-    _assert_result(r, result, elapsed)
-    # The RESULTS.md section a GPU run records: device, driver, GPM, every step's expected vs measured.
-    md = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check_summary.py"), "--markdown",
-                         str(tmp_path / "result" / "gpu_check.json")],
-                        capture_output=True, text=True, check=True).stdout
-    assert md.startswith("## GPU check (benchmarks/gpu_check.sh)\n\n- verdict: **pass** (simulated)")
-    assert "driver 550.54.15, 132 SMs" in md and "GPM yes" in md
-    assert md.count("\n| 132 | ") == 3 and "| 66 | 1.0 | 0.500 | 0.500 |" in md
-
-
 def test_gpu_check_without_wheels_says_how_to_build_them(tmp_path: Path) -> None:
     r = subprocess.run(["bash", str(SCRIPT), "--simulate", "--out", str(tmp_path / "x.json")], capture_output=True,
                        text=True, env={**os.environ, "GPU_CHECK_WHEELS": str(tmp_path / "none")}, timeout=60)
@@ -80,8 +68,16 @@ def test_gpu_check_installs_the_agent_offline_from_the_carried_wheels(tmp_path: 
     assert "installing the agent" in r.stderr
 
 
-def test_gpu_check_runs_in_the_agent_only_install(lean_venv: Path, tmp_path: Path) -> None:  # noqa: F811
-    """The script and `selftest --simulate` need nothing beyond the agent's base install (no polars, numpy)."""
+def test_gpu_check_runs_end_to_end_in_the_agent_only_install(lean_venv: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The whole script against the fake NVML, with the wheel installed without extras (no polars, numpy):
+    agent status, the selftest, the agent run while the load holds, the JSON and its RESULTS.md section."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r, result, elapsed = run_check(tmp_path, "--python", str(lean_venv / "bin" / "python"), env=env)
     _assert_result(r, result, elapsed)
+    # The RESULTS.md section a GPU run records: device, driver, GPM, every step's expected vs measured.
+    md = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check_summary.py"), "--markdown",
+                         str(tmp_path / "result" / "gpu_check.json")],
+                        capture_output=True, text=True, check=True).stdout
+    assert md.startswith("## GPU check (benchmarks/gpu_check.sh)\n\n- verdict: **pass** (simulated)")
+    assert "driver 550.54.15, 132 SMs" in md and "GPM yes" in md
+    assert md.count("\n| 132 | ") == 3 and "| 66 | 1.0 | 0.500 | 0.500 |" in md
