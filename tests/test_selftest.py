@@ -45,6 +45,9 @@ def test_simulated_selftest_passes_every_step_within_tolerance() -> None:
         assert abs(s["measured_sm_active"] - s["expected_sm_active"]) <= 0.05
         assert s["expected_duty_cycle"] == s["d"] and abs(s["measured_duty_cycle"] - s["d"]) <= 0.1
         assert s["intervals"] == 4 and s["seconds"] == pytest.approx(4.0)
+        # One resident warp of the SM's 64 per busy SM: occupancy is SM activity / 64 (reported, not judged).
+        assert s["expected_sm_occupancy"] == pytest.approx(s["expected_sm_active"] / 64)
+        assert s["measured_sm_occupancy"] == pytest.approx(s["expected_sm_occupancy"], abs=1e-3)
         assert s["passed"] and s["sm_active_ok"] and s["duty_cycle_ok"] and s["attribution_ok"]
         # The agent found the load's own process (a different pid from the selftest's) and whose it is.
         assert s["process"]["pid"] == report["load"]["pid"] != os.getpid()

@@ -86,7 +86,8 @@ class StandIn:
 
     def __init__(self, *, sm_count: int = 132, optin: int = 232448, per_sm_smem: int = 233472, reserved: int = 1024,
                  per_sm: int = 1, fail: dict[str, int] | None = None) -> None:
-        self.attrs = {cl.ATTR_MULTIPROCESSOR_COUNT: sm_count, cl.ATTR_COMPUTE_CAPABILITY_MAJOR: 9,
+        self.attrs = {cl.ATTR_MULTIPROCESSOR_COUNT: sm_count, cl.ATTR_MAX_THREADS_PER_MULTIPROCESSOR: 2048,
+                      cl.ATTR_COMPUTE_CAPABILITY_MAJOR: 9,
                       cl.ATTR_COMPUTE_CAPABILITY_MINOR: 0, cl.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: optin,
                       cl.ATTR_MAX_SHARED_MEMORY_PER_BLOCK: 49152, cl.ATTR_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
                       per_sm_smem, cl.ATTR_RESERVED_SHARED_MEMORY_PER_BLOCK: reserved}

@@ -36,6 +36,7 @@ CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev) {
     FAIL("cuDeviceGetAttribute");
     switch (attr) {
     case 16: *value = 132; return 0;      /* MULTIPROCESSOR_COUNT */
+    case 39: *value = 2048; return 0;     /* MAX_THREADS_PER_MULTIPROCESSOR */
     case 75: *value = 9; return 0;        /* COMPUTE_CAPABILITY_MAJOR */
     case 76: *value = 0; return 0;
     case 8: *value = 49152; return 0;     /* MAX_SHARED_MEMORY_PER_BLOCK */

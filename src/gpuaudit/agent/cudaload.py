@@ -44,6 +44,7 @@ LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 # cuda.h: CUdevice_attribute, CUfunction_attribute, CUjit_option.
 ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 8
 ATTR_MULTIPROCESSOR_COUNT = 16
+ATTR_MAX_THREADS_PER_MULTIPROCESSOR = 39
 ATTR_COMPUTE_CAPABILITY_MAJOR = 75
 ATTR_COMPUTE_CAPABILITY_MINOR = 76
 ATTR_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
@@ -287,6 +288,7 @@ class SpinKernel:
                self.device)
         self.uuid = uuid_text(bytes(uuid.bytes))
         self.sm_count = d.attribute(ATTR_MULTIPROCESSOR_COUNT, self.device)
+        self.max_threads_per_sm = d.attribute(ATTR_MAX_THREADS_PER_MULTIPROCESSOR, self.device)
         major = d.attribute(ATTR_COMPUTE_CAPABILITY_MAJOR, self.device)
         minor = d.attribute(ATTR_COMPUTE_CAPABILITY_MINOR, self.device)
         self.compute_capability = f"{major}.{minor}"
@@ -357,7 +359,7 @@ class SpinKernel:
         return {"name": self.name, "cuda_uuid": self.uuid, "sm_count": self.sm_count,
                 "compute_capability": self.compute_capability, "shared_memory_per_block_bytes": self.smem_bytes,
                 "shared_memory_per_sm_bytes": self.smem_per_sm, "blocks_per_sm": self.blocks_per_sm,
-                "threads_per_block": THREADS_PER_BLOCK}
+                "threads_per_block": THREADS_PER_BLOCK, "max_threads_per_sm": self.max_threads_per_sm}
 
 
 def run_pattern(kernel: Any, blocks: int, duty: float, period_s: float, poll: Callable[[float], bool], *,
@@ -478,7 +480,8 @@ def child_main(argv: Sequence[str] | None = None) -> int:
             if args.fail == "no-libcuda":  # the real loader, asked for a library that is not there
                 load_library(("libcuda-gpuaudit-simulated-missing.so.1",))
             info: dict[str, Any] = {"name": "simulated", "sm_count": args.sm_count, "blocks_per_sm": 1,
-                                    "threads_per_block": THREADS_PER_BLOCK, "cuda_uuid": args.expect_uuid}
+                                    "threads_per_block": THREADS_PER_BLOCK, "max_threads_per_sm": 2048,
+                                    "cuda_uuid": args.expect_uuid}
             backend = "simulated"
         else:
             kernel, backend = build_kernel(args.backend)

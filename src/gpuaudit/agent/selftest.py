@@ -116,6 +116,8 @@ class StepResult:
     expected_duty_cycle: float
     measured_duty_cycle: float | None
     duty_cycle_ok: bool | None  # None: not measured (MIG)
+    expected_sm_occupancy: float | None  # one resident warp per busy SM: reported, not judged
+    measured_sm_occupancy: float | None
     power_w: float | None
     energy_j: float | None
     energy_delta_j: float | None  # above the idle baseline
@@ -166,10 +168,13 @@ def check_attribution(expected: dict[str, Any], procs: list[dict[str, Any]]) -> 
 
 
 def compare(step: Step, sm_count: int, rows: list[dict[str, Any]], procs: list[dict[str, Any]],
-            expected_proc: dict[str, Any], idle_power_w: float | None, *, gpm: bool) -> StepResult:
-    """One step's verdict from the sampler's rows and process rows of the target unit."""
+            expected_proc: dict[str, Any], idle_power_w: float | None, *, gpm: bool,
+            warps_per_sm: int | None = None) -> StepResult:
+    """One step's verdict from the sampler's rows and process rows of the target unit. `warps_per_sm` (the
+    GPU's resident-warp limit) gives the expected SM occupancy: one warp per busy SM."""
     notes: list[str] = []
     exp_sm = expected_sm_active(step, sm_count)
+    exp_occ = exp_sm / warps_per_sm if warps_per_sm else None
     sm = _mean(rows, "sm_active")
     duty = _mean(rows, "duty_cycle")
     sm_ok = None if sm is None else abs(sm - exp_sm) <= SM_TOLERANCE
@@ -192,7 +197,8 @@ def compare(step: Step, sm_count: int, rows: list[dict[str, Any]], procs: list[d
     passed = bool(rows) and bool(measured) and all(measured) and attr_ok
     return StepResult(
         k=step.k, d=step.d, expected_sm_active=exp_sm, measured_sm_active=sm, sm_active_ok=sm_ok,
-        expected_duty_cycle=step.d, measured_duty_cycle=duty, duty_cycle_ok=duty_ok, power_w=power,
+        expected_duty_cycle=step.d, measured_duty_cycle=duty, duty_cycle_ok=duty_ok,
+        expected_sm_occupancy=exp_occ, measured_sm_occupancy=_mean(rows, "sm_occupancy"), power_w=power,
         energy_j=energy, energy_delta_j=delta, seconds=seconds, intervals=len(rows), process_found=found,
         process=row, attribution_ok=attr_ok, passed=passed, notes=notes)
 
@@ -334,6 +340,8 @@ def run(config: SelftestConfig, env: Environment, *,
         say("starting the calibrated load ...")
         load = r.start(t)
         sm_count = int(load.info["sm_count"])
+        threads = load.info.get("max_threads_per_sm")
+        warps = int(threads) // 32 if threads else None
         expected_proc = expected_attribution(load.info)
         r.restart_interval()
         idle_rows, _ = r.collect(t, config.idle_s)
@@ -347,7 +355,8 @@ def run(config: SelftestConfig, env: Environment, *,
             r.restart_interval()
             r.collect(t, config.settle_s)  # discarded: the driver's windows still hold the previous step
             rows, procs = r.collect(t, config.measure_s)
-            steps.append(compare(step, sm_count, rows, procs, expected_proc, idle["power_w"], gpm=gpm))
+            steps.append(compare(step, sm_count, rows, procs, expected_proc, idle["power_w"], gpm=gpm,
+                                 warps_per_sm=warps))
         load.idle()
         report = {
             "simulated": env.simulated, "host": env.host, "device": _device(t, r, load),
