@@ -5,6 +5,7 @@ against a stand-in libcuda, the error mapping, and the load process's answer whe
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -239,3 +240,17 @@ def test_the_load_process_says_in_one_line_that_libcuda_is_missing() -> None:
     with pytest.raises(GpuauditError) as e:
         cl.LoadProcess("driver", cuda_device=None, ready_timeout_s=60)
     assert "the CUDA driver library cannot be loaded" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_auto_without_libcuda_or_pytorch_says_both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--backend auto` tries PyTorch when libcuda does not load; with neither, one line names both."""
+    monkeypatch.setenv("GPUAUDIT_LIBCUDA", str(tmp_path / "libcuda.so.1"))  # not there
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "torch.py").write_text("raise ImportError('no torch here')\n")  # whether or not torch is installed
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(GpuauditError) as e:
+        cl.LoadProcess("auto", cuda_device=None)
+    msg = str(e.value)
+    assert msg.startswith(f"the CUDA driver library cannot be loaded ({tmp_path / 'libcuda.so.1'}: ")
+    assert msg.endswith("which mounts it (nor through PyTorch: PyTorch is not installed)") and "\n" not in msg

@@ -100,3 +100,27 @@ def test_a_whole_selftest_through_the_ctypes_load(stub_env: Path) -> None:
 def test_ctypes_sees_the_stub_as_libcuda(stub: Path) -> None:
     lib = ctypes.CDLL(str(stub))
     assert cl.Driver(lib).has("cuLaunchKernel") and not cl.Driver(lib).has("cuNoSuchCall")
+
+
+def test_the_torch_backend_runs_the_kernel_in_the_context_torch_opened(stub_env: Path, stub: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--backend torch`: PyTorch initialises CUDA (here a stand-in `torch` that opens the stand-in libcuda, as
+    torch.cuda.init() opens the driver's), the load finds that libcuda among the process's mapped libraries and
+    runs the same kernel in the primary context."""
+    fake = tmp_path / "faketorch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import ctypes, os\n\n\nclass cuda:\n    @staticmethod\n    def init():\n"
+        "        ctypes.CDLL(os.environ['STUB_TORCH_LIBCUDA'])\n")
+    monkeypatch.delenv("GPUAUDIT_LIBCUDA")  # only torch knows where the driver is
+    monkeypatch.setenv("STUB_TORCH_LIBCUDA", str(stub))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")]))
+    load = cl.LoadProcess("torch", cuda_device=None, period_s=0.05)
+    try:
+        assert load.info["backend"] == "torch" and load.info["sm_count"] == 132
+        load.run(132, 0.25)
+        load.idle()
+    finally:
+        load.close()
+    assert load.proc.returncode == 0  # the primary context was released cleanly
+    assert _launches(stub_env)[0] == (132, cl.THREADS_PER_BLOCK, 232448, 12_500_000)

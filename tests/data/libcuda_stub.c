@@ -48,6 +48,10 @@ CUresult cuDeviceGetAttribute(int *value, int attr, CUdevice dev) {
 }
 CUresult cuCtxCreate_v2(void **ctx, unsigned int flags, CUdevice dev) { FAIL("cuCtxCreate_v2"); *ctx = (void *)0x1000; return 0; }
 CUresult cuCtxDestroy_v2(void *ctx) { return ctx == (void *)0x1000 ? 0 : 201; }
+static int primary_refs = 0;
+CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice dev) { primary_refs++; *ctx = (void *)0x1100; return 0; }
+CUresult cuCtxSetCurrent(void *ctx) { return ctx == (void *)0x1100 || ctx == (void *)0x1000 ? 0 : 201; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_refs-- > 0 ? 0 : 201; }
 CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned int n, int *options, void **values) {
     const char *ptx = (const char *)image;
     if (failing("cuModuleLoadDataEx") || !strstr(ptx, ".entry gpuaudit_spin") || !strstr(ptx, "%globaltimer")) {

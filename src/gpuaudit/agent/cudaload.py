@@ -400,7 +400,7 @@ def _torch_driver() -> Driver:
     try:
         import torch  # type: ignore[import-not-found]
     except ImportError:
-        raise CudaUnavailable(f"neither libcuda nor PyTorch can be loaded; {HINT_LIBCUDA}") from None
+        raise CudaUnavailable("PyTorch is not installed") from None
     try:
         torch.cuda.init()
     except Exception as e:  # torch raises RuntimeError / AssertionError without a GPU
@@ -418,10 +418,14 @@ def build_kernel(backend: str) -> tuple[SpinKernel, str]:
         return SpinKernel(_torch_driver(), primary=True), "torch"
     try:
         driver = Driver(load_library())
-    except CudaUnavailable:
+    except CudaUnavailable as e:
         if backend == "driver":
             raise
-        return SpinKernel(_torch_driver(), primary=True), "torch"
+        try:
+            torch_driver = _torch_driver()
+        except CudaUnavailable as t:
+            raise CudaUnavailable(f"{e} (nor through PyTorch: {t})") from None
+        return SpinKernel(torch_driver, primary=True), "torch"
     return SpinKernel(driver), "driver"
 
 
