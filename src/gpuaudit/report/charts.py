@@ -112,9 +112,9 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
         ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
     top = runtime_util if allocated_util is None else max(allocated_util, runtime_util)
-    gap = top - real_util
-    if gap > 0:
+    if top > real_util:
         ax.axvspan(real_util, top, color=WASTE, alpha=0.08, lw=0)
+    gap = runtime_util - real_util  # the phantom gap is R/W - S/W, whatever the scheduler shows
     ax.set_xlim(0, 1.0)
     _pct_axis(ax.xaxis)
     ax.grid(axis="x", color=GRID, lw=0.6)
@@ -143,7 +143,7 @@ def ledger_weekly(weeks: Sequence[str], states: dict[str, Sequence[float]]) -> s
     ax.set_xticks(xs[::step], [str(w) for w in weeks][::step])
     ax.set_xlabel("week starting (UTC)")
     ax.set_ylabel("GPU-hours")
-    ax.yaxis.set_major_formatter(_plain_formatter())
+    ax.yaxis.set_major_formatter(_thousands_formatter())
     ax.grid(axis="y", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
     ax.legend(frameon=False, loc="upper left", ncols=4, fontsize=8, bbox_to_anchor=(0, -0.28))
@@ -368,3 +368,9 @@ def _plain_formatter():
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:,.3g}")
+
+
+def _thousands_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:,.0f}")
