@@ -130,14 +130,14 @@ def test_allocations_view_rejects_end_before_start(tmp_path: Path) -> None:
 
 def _charge(allocs, samples=None, procs=None):  # type: ignore[no-untyped-def]
     from gpuaudit.analysis import utilization as ut
-    from gpuaudit.analysis.chargeback import chargeback
+    from gpuaudit.analysis.chargeback import chargeback, unheld_real_s
 
     if samples is None:
         samples, procs = _node()
     roll = rollups(samples, procs, allocs)
     t = ut.totals(roll)
     start, end = T0.timestamp(), (T0 + dt.timedelta(hours=8)).timestamp()
-    return chargeback(ut.holder_hours(roll), roll.allocations, start, end, 2.0, (t.s - t.s_held) * 3600), t
+    return chargeback(ut.holder_hours(roll), roll.allocations, start, end, 2.0, unheld_real_s(roll.gpu_hours)), t
 
 
 def test_chargeback_rows_sum_to_fleet_totals() -> None:

@@ -176,6 +176,15 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
                  tuple(both.select([c.name for c in cols]).to_dicts()), SRC)
 
 
+def unheld_real_s(gpu_hours: pl.DataFrame) -> float:
+    """SM activity outside held time (S − S while held), summed per GPU-hour: not the difference of two fleet
+    totals, which loses the small remainder to rounding. A GPU-hour whose two sums differ by less than 10 ppm
+    of its SM activity (an engine's float rounding, not a second of work) counts none."""
+    d = pl.col("real_s") - pl.col("real_held_s")
+    kept = pl.when(d > 1e-5 * pl.col("real_s")).then(d).otherwise(0.0)
+    return float(gpu_hours.select(kept.sum()).item() or 0.0)
+
+
 def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
                usd_per_gpu_hour: float, unheld_real_s: float) -> Chargeback:
     jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s)

@@ -157,7 +157,7 @@ def analyze_rollups(
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
     charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
-                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), max(0.0, (t.s - t.s_held) * 3600))
+                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), cb.unheld_real_s(roll.gpu_hours))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
