@@ -220,3 +220,24 @@ def test_report_first_section_shows_allocated_held_real_and_the_ledger(tmp_path:
     assert "| allocated, no process | 6.0 GPU-h | 18.8 %" in md["alloc"]
     assert "believed is inferred from processes" in md["plain"]
     assert "allocated (scheduler)" not in md["plain"]
+
+
+def test_mig_allocation_counts_its_share_of_a_gpu() -> None:
+    """A Slurm job allocated a 3g.40gb slice (3/7 of a GPU) for 2 h ran its process on that slice for 1 h:
+    1 h × 3/7 allocated with no process; the other slice (4/7) stays unallocated."""
+    n = 3 * HOUR
+    s1 = gpu_rows("n1", "g0", n, mig_instance=1, gpu_fraction=3 / 7, sm=lambda i: 0.5 if i < HOUR else 0.0,
+                  procs=lambda i: int(i < HOUR))
+    s2 = gpu_rows("n1", "g0", n, mig_instance=2, gpu_fraction=4 / 7)
+    procs = proc_rows("n1", "g0", ends(s1, lambda i: i < HOUR), job_id="800", mig_instance=1)
+    alloc = [{**_alloc("800", "n1", 3 / 7, 0, 2), "mig_profile": "3g.40gb"}]
+    roll = rollups(s1 + s2, procs, alloc)
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=3)).timestamp(), False)
+    assert led.observed_gpu_hours.value == pytest.approx(3.0)
+    assert led.allocated_no_process.value == pytest.approx(3 / 7)
+    assert led.productive.value == pytest.approx(0.5 * 3 / 7)
+    assert led.held_idle.value == pytest.approx(0.5 * 3 / 7)
+    assert led.scheduler_gpu_hours.value == pytest.approx(2 * 3 / 7)
+    slice2 = m.gpu_hours.filter(pl.col("mig_instance") == 2)
+    assert slice2["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)

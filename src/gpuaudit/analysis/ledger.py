@@ -13,11 +13,11 @@ scheduler's allocation mapped onto the GPU-hour (below); without allocations for
 
 Mapping (allocations are per job per host, the GPU indices unknown): each allocation is split into UTC hours
 (GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go first to the GPUs its own
-processes used (matched by Slurm job id / JobIDRaw against the agent's cgroup attribution or the exporter's
-hpc_job label, by namespace/pod or pod UID for Kubernetes), each up to its observed time; what is left goes to
-the host's GPUs with no process in that hour, then to the other GPUs' free time; what still does not fit (a
-host without telemetry, more GPUs allocated than seen) is reported as unmapped. `inferred_share` says how much
-of the allocated time was placed without a process to match.
+processes used in any hour of the job (matched by Slurm job id / JobIDRaw against the agent's cgroup
+attribution or the exporter's hpc_job label, by namespace/pod or pod UID for Kubernetes), each up to its
+observed time; what is left goes to the host's GPUs with no process in that hour, then to the other GPUs' free
+time; what still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
+unmapped. `inferred_share` says how much of the allocated time was placed without a process to match.
 """
 
 from __future__ import annotations
@@ -104,10 +104,11 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     assert allocations is not None
     ah = split_hours(allocations, start_s, end_s)
     basis_hosts = frozenset(ah["host"].unique().to_list()) & frozenset(g["host"].unique().to_list())
-    # 1. To the GPUs the job's own processes used, in proportion to their observed time, each capped by it.
+    # 1. To the GPUs the job's own processes used (in any hour of the job: a job keeps its GPUs while it runs
+    # nothing on them), in proportion to their observed time, each capped by it.
     used = _keys_alloc(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid")).join(
-        _keys_holders(holders), on="key").select("aid", *_GPU, "hour_s").unique()
-    used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host", "hour_s"]).join(
+        _keys_holders(holders), on="key").select("aid", *_GPU).unique()
+    used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
         g.select(*_GPU, "hour_s", "observed_s"), on=[*_GPU, "hour_s"])
     used = used.with_columns(
         (pl.col("gpu_s") * pl.col("observed_s") / pl.col("observed_s").sum().over("aid", "hour_s"))
