@@ -1,6 +1,7 @@
 -- Fleet summary: one row for the whole dataset.
 -- GPU-hours are weighted by gpu_fraction (a MIG slice is a fraction of a GPU).
--- real_util uses SM activity where measured and duty cycle elsewhere (an upper bound; see sm_measured_share).
+-- real_util uses SM activity where measured, engine-active or duty cycle elsewhere (upper bounds; see
+-- sm_measured_share). energy_j: a MIG instance's row holds its share of the GPU's, so the sum counts a GPU once.
 SELECT
     COUNT(DISTINCT host)                                                        AS hosts,
     COUNT(DISTINCT gpu_uuid)                                                    AS gpus,
@@ -9,7 +10,7 @@ SELECT
     SUM(interval_s * gpu_fraction) / 3600.0                                     AS observed_gpu_hours,
     SUM(CASE WHEN n_processes > 0 THEN interval_s * gpu_fraction ELSE 0 END)
         / NULLIF(SUM(interval_s * gpu_fraction), 0)                             AS runtime_util,
-    SUM(COALESCE(sm_active, duty_cycle, 0) * interval_s * gpu_fraction)
+    SUM(COALESCE(sm_active, gr_engine_active, duty_cycle, 0) * interval_s * gpu_fraction)
         / NULLIF(SUM(interval_s * gpu_fraction), 0)                             AS real_util,
     SUM(COALESCE(duty_cycle, 0) * interval_s * gpu_fraction)
         / NULLIF(SUM(interval_s * gpu_fraction), 0)                             AS duty_cycle_util,

@@ -10,7 +10,7 @@ SELECT
     SUM(interval_s * gpu_fraction) / 3600.0                                     AS observed_gpu_hours,
     SUM(CASE WHEN n_processes > 0 THEN interval_s ELSE 0 END) / NULLIF(SUM(interval_s), 0)
                                                                                 AS runtime_util,
-    SUM(COALESCE(sm_active, duty_cycle, 0) * interval_s) / NULLIF(SUM(interval_s), 0)
+    SUM(COALESCE(sm_active, gr_engine_active, duty_cycle, 0) * interval_s) / NULLIF(SUM(interval_s), 0)
                                                                                 AS real_util,
     SUM(COALESCE(duty_cycle, 0) * interval_s) / NULLIF(SUM(interval_s), 0)      AS duty_cycle_util,
     MAX(mem_used_bytes)                                                         AS max_mem_used_bytes,
