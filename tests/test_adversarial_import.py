@@ -24,7 +24,6 @@ from tests.tmpfs_helpers import in_tiny_tmpfs
 from gpuaudit import store
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.mapping import build_mapping
-from gpuaudit.importer.presets import PRESETS
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
 
@@ -133,14 +132,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         q = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
-        if "/label/__name__/values" in self.path:  # the importer's first request: every dcgm-exporter name
-            body = json.dumps({"status": "success", "data": sorted(
-                n for spec in PRESETS["dcgm"].metrics.values() for n in spec.names)}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
         code, headers, body = self.server.answer(q["query"], float(q["start"]), float(q["end"]), float(q["step"]))
         self.send_response(code)
         for k, v in headers.items():
@@ -415,7 +406,7 @@ def test_a_huge_temperature_is_one_line_from_the_cli(http: Server, tmp_path: Pat
 
 def test_sane_memory_temperature_and_mig_labels_import(http: Server, tmp_path: Path) -> None:
     http.answer = _gauges({"DCGM_FI_DEV_FB_USED": 4096, "DCGM_FI_DEV_GPU_TEMP": 65},
-                          {"GPU_I_ID": "3", "GPU_I_PROFILE": "1g.10gb"})
+                          {"GPU_I_ID": "3", "GPU_I_PROFILE": "1g.10gb"})  # no profile: not guessed (issue 18)
     result = _import(http, tmp_path / "d")
     assert result.sample_rows == 120
     with store.open_dataset(tmp_path / "d") as ds:

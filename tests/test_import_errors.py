@@ -22,7 +22,6 @@ from tests.prom_helpers import free_port
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.mapping import build_mapping
-from gpuaudit.importer.presets import PRESETS
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
 
@@ -77,10 +76,7 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "slow":
             time.sleep(3)
             mode = "ok"
-        if mode in ("ok", "badvalues") and "/label/__name__/values" in self.path:  # the importer's first request
-            names = sorted(n for spec in PRESETS["dcgm"].metrics.values() for n in spec.names)
-            self._send(200, json.dumps({"status": "success", "data": names}).encode())
-        elif mode == "ok":
+        if mode == "ok":
             self._send(200, json.dumps(_matrix(q["query"], float(q["start"]), float(q["end"]),
                                                float(q["step"]))).encode())
         elif mode == "500":
@@ -150,7 +146,7 @@ def test_server_down_is_a_clear_error_after_bounded_retries(tmp_path: Path) -> N
     ("401", r"HTTP 401 \(unauthorized: check --bearer-token-file", 1),
     ("html", r"malformed response .*not JSON", 1),
     ("nodata", r"malformed response .*no data.result", 1),
-    ("badvalues", r"malformed response .*bad sample", 2),  # the metric names' listing, then the bad answer
+    ("badvalues", r"malformed response .*bad sample", 2),  # the importer's listing of metric names, then this
 ])
 def test_http_failures_are_one_clear_error(fake: FakeProm, tmp_path: Path, mode: str, match: str,
                                            requests: int) -> None:

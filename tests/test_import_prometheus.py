@@ -172,7 +172,8 @@ def test_small_chunks_at_60s_match_the_point_samples(prom: tuple[PromServer, lis
     server, fleet = prom
     day_end = START + timedelta(days=1)
     result = _import(server, tmp_path / "d", START, day_end, 60, max_points=97)
-    assert result.queries == math.ceil(1440 / 97) * 13  # 15 chunks x 12 metric names (the energy counter twice)
+    # 15 chunks x 12 names, +1 query per average (samples per step), +2 for the counter
+    assert result.queries == math.ceil(1440 / 97) * 22
     df = _samples(tmp_path / "d")
     assert df.height == 6 * 1440
     assert df.select("gpu_uuid", "mig_instance", "ts").is_unique().all()

@@ -165,14 +165,6 @@ class PromClient:
             raise GpuauditError(f"malformed response from {self.t.url}: data.result is not a vector")
         return result
 
-    def label_values(self, label: str, match: str, start: datetime, end: datetime) -> list[str]:
-        """Values of `label` on the series matching `match` with samples in [start, end]."""
-        result = self._call(lambda: self.pc.get_label_values(label, params={
-            "match[]": match, "start": start.timestamp(), "end": end.timestamp()}))
-        if not isinstance(result, list) or not all(isinstance(v, str) for v in result):
-            raise GpuauditError(f"malformed response from {self.t.url}: label values are not a list of strings")
-        return result
-
     def _call(self, fn: Any) -> Any:
         """One request, every failure turned into one GpuauditError line."""
         try:

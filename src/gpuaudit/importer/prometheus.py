@@ -52,7 +52,7 @@ from gpuaudit.importer.identity import (
 from gpuaudit.importer.mapping import AVG, COUNTER, INCREASE, LAST, Mapping
 from gpuaudit.importer.presets import PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
-from gpuaudit.importer.rows import COUNTER_PARTS, FRACTIONS, UTIL, ImportState, build_rows, final_hosts
+from gpuaudit.importer.rows import COUNT, COUNTER_PARTS, FRACTIONS, UTIL, ImportState, build_rows, final_hosts
 from gpuaudit.importer.timespec import align_down
 from gpuaudit.store import journal, writer
 from gpuaudit.util import atomic
@@ -92,6 +92,7 @@ class ImportResult:
     exporter_pods_skipped: int = 0
     suspect_hosts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # host -> (why, label hint)
     merged_hosts: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # uuid -> (kept, all values)
+    stored_hosts: set[str] = field(default_factory=set)  # the host values rows are stored under
     time_sliced: list[str] = field(default_factory=list)
     mig_gpus: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # MIG instances not imported -> why
@@ -109,7 +110,8 @@ def query_for(name: str, kind: str, selector: str, step_s: int) -> str:
     sample exactly on a step boundary counts in one interval only (Prometheus 2's ranges are closed)."""
     sel = f"{name}{{{selector}}}" if selector else name
     rng = f"{step_s * 1000 - 1}ms"
-    fn = {AVG: "avg_over_time", LAST: "last_over_time", INCREASE: "increase", "max": "max_over_time"}[kind]
+    fn = {AVG: "avg_over_time", LAST: "last_over_time", INCREASE: "increase", "max": "max_over_time",
+          "min": "min_over_time", COUNT: "count_over_time"}[kind]
     return f"{fn}({sel}[{rng}])"
 
 
@@ -160,6 +162,8 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
                             for part in COUNTER_PARTS]
             else:
                 queries.append((fld, prio, name, "", query_for(name, spec.kind, mapping.selector, step_s)))
+                if spec.kind == AVG:  # samples per step: series that split a step are weighted by them
+                    queries.append((fld, prio, name, COUNT, query_for(name, COUNT, mapping.selector, step_s)))
     info = _info_series(prom, preset, mapping, start, end, step_s)
     windows = list(chunks(start, end, step_s, max_points))
     total = len(windows) * len(queries)
@@ -167,6 +171,7 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
     name_re = re.compile(preset.mig_profile_in_name) if preset.mig_profile_in_name else None
     state = ImportState()
     step = timedelta(seconds=step_s)
+    skeys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # one id per series, across its queries
     for i, (first, last) in enumerate(windows):
         series_rows: list[tuple[Any, ...]] = []
         raw: list[tuple[str, str, dict[str, str]]] = []  # per series: (field, metric name, its labels)
@@ -186,8 +191,9 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
                     raise GpuauditError(f"bad label from {prom.t.url}: {_series_text(name, item['metric'])}: {e}; "
                                         "nothing imported") from None
                 _note_identity(result, ident, item["metric"], mapping)
-                series_rows.append((sid, fld, prio, part, *as_tuple(ident)))
-                raw.append((fld, name, item["metric"]))
+                skey = skeys.setdefault((name, tuple(sorted(item["metric"].items()))), len(skeys))
+                series_rows.append((sid, fld, prio, part, skey, *as_tuple(ident)))
+                raw.append((COUNT if part == COUNT else fld, name, item["metric"]))
                 n = _append_points(item["values"], tss, values, prom.t.url, name)
                 sids.extend([sid] * n)
             result.queries += 1
@@ -214,14 +220,30 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
     return mapping
 
 
+DISCOVERY_STEP_S = 300  # = Prometheus' lookback: every sample of the window is seen by one evaluation
+
+
 def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, result: ImportResult) -> Mapping:
-    """Which known metric names the server holds in the window (one label-values request, the first request
-    of an import: a server error stops it here), and, unless --exporter was given, which exporter they come
-    from."""
+    """Which known metric names hold samples in the window (`count by (__name__)`, evaluated every 5 minutes: the
+    label-values API answers per storage block, not per series), and, unless --exporter was given, which
+    exporter they come from. This is the import's first request: a server error stops it here. A server whose
+    answer has no __name__ gets every name queried, the exporter not detected."""
     names = all_metric_names()
-    match = "{" + f'__name__=~"{"|".join(re.escape(n) for n in names)}"' + (
-        f",{mapping.selector}" if mapping.selector else "") + "}"
-    found = set(prom.label_values("__name__", match, start, end))
+    sel = f'__name__=~"{"|".join(re.escape(n) for n in names)}"' + (f",{mapping.selector}" if mapping.selector else "")
+    found: set[str] = set()
+    unnamed = False
+    for first, last in chunks(start - timedelta(seconds=DISCOVERY_STEP_S), end, DISCOVERY_STEP_S):
+        for item in prom.query_range(f"count by (__name__) ({{{sel}}})", first, last, DISCOVERY_STEP_S):
+            name = item["metric"].get("__name__")
+            if name:
+                found.add(name)
+            else:
+                unnamed = True
+    if unnamed and not found:
+        result.exporter, result.exporter_detected = mapping.exporter, False
+        result.notes.append("the server's answers carry no metric names: every name of the mapping was queried and "
+                            "the exporter not detected")
+        return mapping
     detection = detect(found)
     if mapping.detected:
         best = detection.best()
@@ -233,7 +255,7 @@ def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, 
         result.notes.append(f"series of other exporters are there too ({', '.join(others)}): import them with "
                             f"--exporter {others[0]}")
     # Names the user added with --metric are queried whether or not the listing knew them.
-    listed = set(all_metric_names())
+    listed = set(names)
     result.present_names = found | {n for s in mapping.metrics.values() for n in s.names if n not in listed}
     return mapping
 
@@ -295,7 +317,8 @@ def _summarize(state: ImportState, result: ImportResult, mapping: Mapping) -> No
     hosts = final_hosts(state)
     keys = state.imported
     result.gpus = len(keys)
-    result.hosts = len({hosts.get(u, u) for u, _ in keys})
+    result.stored_hosts = {hosts.get(u, u) for u, _ in keys}
+    result.hosts = len(result.stored_hosts)
     result.held_steps, result.held_attributed = state.held_steps, state.held_attributed
     result.time_sliced = sorted(state.time_sliced)
     result.mig_gpus = sorted(state.mig_gpus)
@@ -348,6 +371,9 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
     query answers on its grid only), a utilization above 100 % or below 0, a negative power, energy or memory,
     a temperature below absolute zero, or a value too large for its column (_LIMITS). The error names the
     metric, the series' labels and the first bad timestamp."""
+    counts = [i for i, (fld, name, _) in enumerate(raw) if fld == COUNT]
+    if counts:
+        points = points.filter(~pl.col("sid").is_in(counts))
     lo_t, hi_t = first.timestamp() - 1, last.timestamp() + 1
     bad = points.filter(~pl.col("ts").is_finite() | ~pl.col("ts").is_between(lo_t, hi_t))
     if bad.height:
@@ -358,6 +384,10 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
             f"the queried window {first:%Y-%m-%dT%H:%M:%SZ} .. {last:%Y-%m-%dT%H:%M:%SZ}; nothing imported")
     lows, highs = [], []
     for fld, _, _ in raw:
+        if fld == COUNT:  # samples per step: left out above
+            lows.append(-math.inf)
+            highs.append(math.inf)
+            continue
         factor = mapping.factor(fld)
         if fld in _FRACTIONS:
             lows.append(-ROUNDING / factor)
@@ -660,3 +690,62 @@ def _set_aside(final: Path, previous: Path) -> Path | None:
     except OSError:
         os.replace(final, previous)
     return previous
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def summary(result: ImportResult) -> tuple[list[str], list[str]]:
+    """(lines for stdout, notes for stderr): what was imported, the layout detected, and what could not be
+    attributed or measured. The CLI prints them; tests read them."""
+    preset = PRESETS.get(result.exporter)
+    how = "detected" if result.exporter_detected else "given with --exporter"
+    parts = [f"exporter {result.exporter} ({preset.title if preset else '?'}, {how})"]
+    if result.host_labels:
+        parts.append("hosts from " + ", ".join(f"{k} ({v} series)" for k, v in sorted(result.host_labels.items())))
+    if result.pod_styles:
+        parts.append("pods from " + ", ".join(f"{k} ({v} series)" for k, v in sorted(result.pod_styles.items())))
+    if result.exporter_pods_skipped:
+        parts.append(f"{result.exporter_pods_skipped} exporter-pod label sets skipped")
+    if result.time_sliced:
+        parts.append(f"time-sliced GPUs (per-pod shares as process rows): {len(result.time_sliced)}")
+    if result.mig_gpus:
+        parts.append(f"MIG GPUs: {len(result.mig_gpus)} (power and energy split over their instances, once)")
+    out = ["layout: " + "; ".join(parts)]
+    if result.held_steps:
+        rest = result.held_steps - result.held_attributed
+        out.append(f"held steps: {result.held_attributed} of {result.held_steps} got a pod or job"
+                   + (f" ({rest} held by framebuffer memory only: no pod or job label)" if rest else ""))
+    energy = [f"from the counter on {result.energy_from_counter} GPUs"] if result.energy_from_counter else []
+    if result.energy_from_power:
+        energy.append(f"estimated from power on {result.energy_from_power} GPUs (no energy counter)")
+    if energy:
+        out.append("energy: " + "; ".join(energy))
+    notes: list[str] = []
+    engine = sum(n for s, n in result.sources.items() if s in schema.ENGINE_ACTIVE_SOURCES)
+    if engine:
+        notes.append(f"{engine} rows measure engine-active, not SM activity (GR_ENGINE_ACTIVE: the time any SM had "
+                     "work, an upper bound). To measure SM activity, add this line to the dcgm-exporter counters "
+                     f"CSV: {schema.DCGM_SM_ACTIVE_CSV_LINE}")
+    util_only = sum(n for s, n in result.sources.items() if s.endswith("-util"))
+    if util_only:
+        notes.append(f"{util_only} rows have no SM activity or engine-active metric: their duty cycle is an upper "
+                     "bound on SM activity")
+    for uuid, (kept, values) in sorted(result.merged_hosts.items()):
+        notes.append(f"{uuid} was reported under {len(values)} host values ({', '.join(values)}): one GPU, "
+                     f"stored on {kept}")
+    for host, (why, hint) in sorted(result.suspect_hosts.items()):
+        if host not in result.stored_hosts:
+            continue  # a value no GPU is stored under (another label won)
+        fix = (f"give --label host={hint} (that label seems to hold the node name)" if hint else
+               "relabel the node name onto the series (__meta_kubernetes_pod_node_name -> node) or give "
+               "--label host=LABEL")
+        notes.append(f"host value {host} looks like an {why} rather than a node name: {fix}")
+    for what, why in result.refused.items():
+        notes.append(f"{what} not imported: {why}")
+    for what, how in result.derived.items():
+        notes.append(f"{what}: no GPU_I_PROFILE label; fraction derived: {how}")
+    for what in result.no_utilization:
+        notes.append(f"{what} has series but no utilization series: not imported")
+    notes += result.notes
+    return out, notes

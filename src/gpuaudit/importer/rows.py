@@ -38,9 +38,10 @@ FRACTIONS = ("sm_active", "gr_engine_active", "duty_cycle", "sm_occupancy", "ten
 UTIL = ("sm_active", "gr_engine_active", "duty_cycle")
 _GAUGES = (*FRACTIONS, "fb_used", "fb_free", "mem_total", "temp_c")
 MIB = 1024 * 1024
+COUNT = "count"  # the part of an AVG metric that says how many samples each step's average holds
 
 SERIES_SCHEMA = {
-    "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "part": pl.Utf8,
+    "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "part": pl.Utf8, "skey": pl.Int64,
     "host": pl.Utf8, "host_rank": pl.Int32, "gpu_uuid": pl.Utf8, "gpu_index": pl.Int32, "gpu_name": pl.Utf8,
     "mig_instance": pl.Int32, "mig_profile": pl.Utf8, "mig_device": pl.Boolean, "parent_ref": pl.Utf8,
     "k8s_pod": pl.Utf8, "k8s_namespace": pl.Utf8, "container": pl.Utf8, "job_id": pl.Utf8, "user": pl.Utf8,
@@ -106,9 +107,18 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
     series = pl.DataFrame(series_rows, schema=SERIES_SCHEMA, orient="row")
     series = _mig_parents(series, state)
     points = points.filter(pl.col("value").is_finite()).with_columns(pl.col("ts").round(0).cast(pl.Int64))
+    # Which of several series was the last one in a step: the one with a value in the next step too, else the
+    # one without a value in the step before (it started in this one).
+    points = points.sort("sid", "ts").with_columns(
+        (pl.col("ts").shift(-1).over("sid") == pl.col("ts") + step_s).fill_null(False).alias("has_next"),
+        (pl.col("ts").shift(1).over("sid") == pl.col("ts") - step_s).fill_null(False).alias("has_prev"))
     span = points.group_by("sid").agg(pl.col("ts").min().alias("first_s"), pl.col("ts").max().alias("last_s"))
     series = _one_host_per_gpu(series.join(span, on="sid", how="inner"), state)
     long = points.join(series, on="sid")
+    # An average's weight: its series' samples in the step (count_over_time); 1 where the server sent none.
+    counts = long.filter(pl.col("part") == COUNT).select("skey", "ts", pl.col("value").alias("n"))
+    long = (long.filter(pl.col("part") != COUNT).join(counts, on=["skey", "ts"], how="left")
+            .with_columns(pl.when(pl.col("n") > 0).then(pl.col("n")).otherwise(1.0).alias("n")))
     for uuid, mig, fld in long.select("gpu_uuid", "mig_instance", "field").unique().iter_rows():
         state.seen.setdefault((uuid, mig), set()).add(fld)
 
@@ -125,9 +135,10 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
     lasts = [f for f, s in mapping.metrics.items() if s.kind == LAST]
     gauge = long.filter(pl.col("part") == "")
     gauge = gauge.filter(pl.col("prio") == pl.col("prio").min().over([*KEY, "ts", "field"]))
-    newest = [pl.col("last_s"), pl.col("first_s")]
+    newest = [pl.col("has_next"), ~pl.col("has_prev")]
     best = pl.concat([
-        gauge.filter(~pl.col("field").is_in(lasts)).group_by([*KEY, "ts", "field"]).agg(pl.col("value").mean()),
+        gauge.filter(~pl.col("field").is_in(lasts)).group_by([*KEY, "ts", "field"])
+        .agg(((pl.col("value") * pl.col("n")).sum() / pl.col("n").sum()).alias("value")),
         gauge.filter(pl.col("field").is_in(lasts)).group_by([*KEY, "ts", "field"])
         .agg(pl.col("value").sort_by(newest, descending=[True, True]).first()),
     ])
@@ -291,18 +302,22 @@ def _energy(long: pl.DataFrame, state: ImportState, factor: float) -> pl.DataFra
         return pl.DataFrame(schema=out_schema)
     cnt = cnt.filter(pl.col("prio") == pl.col("prio").min().over("gpu_uuid", "ts"))
     last = (cnt.filter(pl.col("part") == LAST).group_by("gpu_uuid", "ts")
-            .agg(pl.col("value").sort_by([pl.col("last_s"), pl.col("first_s")], descending=[True, True]).first()
-                 .alias("last")))
+            .agg(pl.col("value").sort_by([pl.col("has_next"), ~pl.col("has_prev")], descending=[True, True])
+                 .first().alias("last")))
     high = cnt.filter(pl.col("part") == "max").group_by("gpu_uuid", "ts").agg(pl.col("value").max().alias("high"))
-    steps = last.join(high, on=["gpu_uuid", "ts"], how="left").with_columns(pl.lit(False).alias("carried"))
+    low = cnt.filter(pl.col("part") == "min").group_by("gpu_uuid", "ts").agg(pl.col("value").min().alias("low"))
+    steps = (last.join(high, on=["gpu_uuid", "ts"], how="left").join(low, on=["gpu_uuid", "ts"], how="left")
+             .with_columns(pl.lit(False).alias("carried")))
     if state.counter:
-        carried = pl.DataFrame([(u, int(t), v, v, True) for u, (t, v) in state.counter.items()], orient="row",
+        carried = pl.DataFrame([(u, int(t), v, v, v, True) for u, (t, v) in state.counter.items()], orient="row",
                                schema={"gpu_uuid": pl.Utf8, "ts": pl.Int64, "last": pl.Float64, "high": pl.Float64,
-                                       "carried": pl.Boolean})
+                                       "low": pl.Float64, "carried": pl.Boolean})
         steps = pl.concat([carried.join(steps.select("gpu_uuid").unique(), on="gpu_uuid", how="semi"), steps])
     steps = steps.sort("gpu_uuid", "ts").with_columns(pl.col("last").shift(1).over("gpu_uuid").alias("prev"))
     high = pl.coalesce(pl.col("high"), pl.col("last"))
-    delta = (pl.when(pl.col("prev").is_null()).then(None)
+    # The import's first step with samples has no value before it: the part inside the step (last - lowest).
+    delta = (pl.when(pl.col("prev").is_null() & (pl.col("last") >= pl.col("low"))).then(pl.col("last") - pl.col("low"))
+             .when(pl.col("prev").is_null()).then(None)
              .when(pl.col("last") >= pl.col("prev")).then(pl.col("last") - pl.col("prev"))
              # reset inside the step: the highest value before it, then the value since it
              .when(high > pl.col("prev")).then(high - pl.col("prev") + pl.col("last"))
@@ -320,14 +335,14 @@ def _processes(long: pl.DataFrame, shares: pl.DataFrame, wide: pl.DataFrame, fac
     procs = pl.concat([long.filter(has).select(*KEY, "ts", *who), shares.select(*KEY, "ts", *who)]).unique()
     pod = [*KEY, "ts", "k8s_pod", "k8s_namespace", "container"]
     if shares.height:
-        newest = [pl.col("last_s"), pl.col("first_s")]
-        vals = shares.group_by(pod).agg(
-            (pl.col("value").filter(pl.col("field") == "duty_cycle").mean() * factor("duty_cycle"))
-            .clip(0.0, 1.0).alias("sm_util"),
-            (pl.col("value").filter(pl.col("field") == "fb_used")
-             .sort_by(newest, descending=[True, True]).first() * factor("fb_used")).round(0).cast(pl.Int64)
-            .alias("mem_used_bytes"))
-        procs = procs.join(vals, on=pod, how="left", nulls_equal=True)
+        util = (shares.filter(pl.col("field") == "duty_cycle").group_by(pod)
+                .agg(((pl.col("value") * pl.col("n")).sum() / pl.col("n").sum() * factor("duty_cycle"))
+                     .clip(0.0, 1.0).alias("sm_util")))
+        mem = (shares.filter(pl.col("field") == "fb_used").group_by(pod)
+               .agg((pl.col("value").sort_by([pl.col("has_next"), ~pl.col("has_prev")], descending=[True, True])
+                     .first() * factor("fb_used")).round(0).cast(pl.Int64).alias("mem_used_bytes")))
+        procs = (procs.join(util, on=pod, how="left", nulls_equal=True)
+                 .join(mem, on=pod, how="left", nulls_equal=True))
     else:
         procs = procs.with_columns(pl.lit(None, pl.Float64).alias("sm_util"),
                                    pl.lit(None, pl.Int64).alias("mem_used_bytes"))
@@ -343,5 +358,5 @@ def _mig() -> pl.Expr:
             .cast(pl.Int16).alias("mig_instance"))
 
 
-COUNTER_PARTS = (LAST, "max")  # how a COUNTER metric is asked: its last and its highest value per step
-__all__ = ["COUNTER", "COUNTER_PARTS", "ImportState", "build_rows", "final_hosts"]
+COUNTER_PARTS = (LAST, "max", "min")  # how a COUNTER metric is asked: its last, highest and lowest value per step
+__all__ = ["COUNT", "COUNTER", "COUNTER_PARTS", "ImportState", "build_rows", "final_hosts"]
