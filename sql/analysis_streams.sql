@@ -49,6 +49,7 @@ WITH raw AS (
         sm_active,
         coalesce(sm_active, gr_engine_active, duty_cycle) AS sm,
         coalesce(energy_j, power_w * interval_s) AS energy_j,
+        energy_j IS NULL AND power_w IS NOT NULL AS energy_estimated,  -- no energy counter: power x time
         mem_used_bytes,
         mem_total_bytes
     FROM samples  -- rows
@@ -72,6 +73,7 @@ streams AS (
         sum(CASE WHEN sm IS NULL THEN gpu_s ELSE 0 END) AS unmeasured_s,
         sum(energy_j) AS energy_j,
         sum(CASE WHEN energy_j IS NOT NULL THEN gpu_s ELSE 0 END) AS energy_s,
+        sum(CASE WHEN energy_estimated THEN gpu_s ELSE 0 END) AS energy_estimated_s,
         max(mem_used_bytes) AS max_mem_used_bytes,
         max(mem_total_bytes) AS mem_total_bytes,
         min(end_s - interval_s) AS first_s,

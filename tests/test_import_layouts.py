@@ -358,3 +358,16 @@ def test_last_value_is_the_last_series_last_value(imported: Any, layouts: dict[s
         assert mine.height == len(last)
         bad = [(ts, m, last[ts] * MIB) for _, ts, m in mine.iter_rows() if m != round(last[ts] * MIB)]
         assert not bad, bad[:3]
+
+
+def test_data_quality_says_when_energy_was_estimated_from_power(imported: Any) -> None:
+    """jobstats' exporter has no energy counter: the import summary and the data-quality section say that
+    energy is power x time there; a layout with counters says nothing of the kind."""
+    from gpuaudit.analysis import analyze
+
+    root, result = imported("jobstats")
+    lines, _ = summary(result)
+    assert "energy: estimated from power on 1 GPUs (no energy counter)" in lines
+    assert any("energy was estimated from power" in w and "100%" in w for w in analyze(root).data_quality.warnings)
+    root, _ = imported("gpu_util_vm")
+    assert not any("energy was estimated" in w for w in analyze(root).data_quality.warnings)
