@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from tests.helpers import require_binary, run_cli
 from tests.import_layouts import MIB, Layout, build_all, write_openmetrics
-from tests.prom_helpers import PromServer, backfill, start_prometheus
+from tests.prom_helpers import PromServer, served
 
 from gpuaudit import schema, store
 from gpuaudit.importer.mapping import build_mapping
@@ -36,12 +36,7 @@ def prom(layouts: dict[str, Layout], tmp_path_factory: pytest.TempPathFactory) -
     work = tmp_path_factory.mktemp("layouts")
     om = work / "layouts.om.txt"
     write_openmetrics(om, list(layouts.values()))
-    backfill(promtool, om, work / "tsdb")
-    server = start_prometheus(prometheus, work / "tsdb", work)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from served(prometheus, promtool, om, work)
 
 
 _CACHE: dict[tuple[Any, ...], tuple[Path, ImportResult]] = {}

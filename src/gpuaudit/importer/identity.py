@@ -61,7 +61,7 @@ def normalize_uuid(value: str, prefix: str) -> str:
     return value
 
 
-def _int(value: str | None) -> int | None:
+def int_label(value: str | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
     except ValueError:
@@ -72,7 +72,7 @@ def small_int(label: str | None, value: str | None, what: str) -> int | None:
     """An integer label (a GPU index, a MIG instance id): a number outside 0-32767 is no such id, and would
     not fit its column (-1 also stands for "no MIG instance" while grouping); text that is not a number is no
     label at all."""
-    n = _int(value)
+    n = int_label(value)
     if n is not None and not 0 <= n <= SMALLINT_MAX:
         raise BadLabel(f'{label}="{value}" is not a {what} (0-{SMALLINT_MAX})')
     return n

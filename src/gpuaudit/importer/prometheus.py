@@ -43,9 +43,9 @@ from gpuaudit.importer.identity import (
     SMALLINT_MAX,
     BadLabel,
     SeriesIdentity,
-    _int,
     as_tuple,
     identify,
+    int_label,
     node_label_hint,
     normalize_uuid,
 )
@@ -275,7 +275,7 @@ def _info_series(prom: PromClient, preset: Preset, mapping: Mapping, start: date
                 continue
             key: Any = normalize_uuid(uuid, preset.uuid_prefix)
             if "mig_instance" in inf.key:
-                gi = _int(labels.get(inf.key["mig_instance"]))
+                gi = int_label(labels.get(inf.key["mig_instance"]))
                 if gi is None:
                     continue
                 key = (key, gi)
