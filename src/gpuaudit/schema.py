@@ -109,7 +109,8 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
     Column("temp_c", "SMALLINT", "°C", "GPU temperature at the end of the interval"),
     Column("n_processes", "SMALLINT", "", "compute processes on the GPU during the interval", nullable=False),
     Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, simulated, or an "
-           "import: prometheus-EXPORTER[-engine|-util] (EXPORTER: dcgm, jobstats, nvidia-smi)", nullable=False),
+           "import: prometheus-EXPORTER, its -engine or -util variant (EXPORTER: dcgm, jobstats, nvidia-smi)",
+           nullable=False),
 )
 
 PROCESS_COLUMNS: tuple[Column, ...] = (

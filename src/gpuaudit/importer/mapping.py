@@ -50,8 +50,6 @@ class Mapping:
     exporter_pod: str = ""
     exporter: str = "dcgm"  # the preset's name
     detected: bool = False  # the preset was detected (True) or given with --exporter (False)
-    # --label host=... given: the host label is the user's choice, never second-guessed
-    host_given: bool = False
 
     overrides: tuple[tuple[str, ...], tuple[str, ...], str | None] = ((), (), None)
 
@@ -114,14 +112,12 @@ def build_mapping(metric_overrides: list[str] | None = None, label_overrides: li
         raise GpuauditError("--metric: keep at least one of sm_active, gr_engine_active and duty_cycle "
                             "(utilization)")
     labels = dict(preset.labels)
-    host_given = False
     for item in label_overrides or []:
         fld, names = _split(item, "--label", labels)
         for n in names:
             if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", n):
                 raise GpuauditError(f"--label {item!r}: {n!r} is not a Prometheus label name")
         labels[fld] = tuple(names)
-        host_given = host_given or fld == "host"
     selector = selector.strip()
     if selector.startswith("{") and selector.endswith("}"):
         selector = selector[1:-1].strip()
@@ -132,7 +128,7 @@ def build_mapping(metric_overrides: list[str] | None = None, label_overrides: li
     except re.error as e:
         raise GpuauditError(f"bad --exporter-pod regex {exporter_pod!r}: {e}") from None
     return Mapping(metrics=metrics, labels=labels, selector=selector, exporter_pod=exporter_pod, exporter=exporter,
-                   detected=detected, host_given=host_given,
+                   detected=detected,
                    overrides=(tuple(metric_overrides or ()), tuple(label_overrides or ()), pod_given))
 
 
