@@ -4,6 +4,7 @@ names, every pod and job step attributed, energy within 1 % of the counters' tru
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -236,10 +237,9 @@ def test_mig_flex_power_and_energy_count_once(imported: Any, layouts: dict[str, 
     power = _q(root, "SELECT gpu_uuid, epoch(ts) AS t, sum(power_w) AS w FROM samples GROUP BY 1, 2")
     for uuid, want in truth["power_w"].items():
         assert power.filter(pl.col("gpu_uuid") == uuid)["w"].mean() == pytest.approx(want, rel=0.01)
-    from gpuaudit.util.resources import load_sql
-
-    with store.open_dataset(root) as ds:
-        kwh = ds.query(load_sql("fleet_summary"))["energy_kwh"][0]
+    r = run_cli("sql", "-d", str(root), "--file", "fleet_summary", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    kwh = json.loads(r.stdout)[0]["energy_kwh"]
     assert kwh * 3.6e6 == pytest.approx(sum(truth["energy_j"].values()), rel=0.01)
     assert list(result.refused) == [f"{m2} MIG 8 on gpu-a17"]
     assert "fits more than one profile" in result.refused[f"{m2} MIG 8 on gpu-a17"]
