@@ -154,7 +154,7 @@ def test_pod_ip_hosts_are_one_host_and_flagged_with_the_label_to_use(imported: A
         assert got[(uuid, None)]["duty"] == pytest.approx(want["duty"], abs=0.01)
     _, notes = summary(result)
     assert any(n22 in n and "2 host values" in n for n in notes), notes
-    assert any("looks like an pod IP" in n and "--label host=node_name" in n for n in notes), notes
+    assert any("looks like a pod IP" in n and "--label host=node_name" in n for n in notes), notes
     root, _ = imported("no_hostname", labels=("host=node_name,node,instance",))
     assert _per_gpu(root)[(n22, None)]["host"] == "gpu-node-22"
 

@@ -740,7 +740,8 @@ def summary(result: ImportResult) -> tuple[list[str], list[str]]:
         fix = (f"give --label host={hint} (that label seems to hold the node name)" if hint else
                "relabel the node name onto the series (__meta_kubernetes_pod_node_name -> node) or give "
                "--label host=LABEL")
-        notes.append(f"host value {host} looks like an {why} rather than a node name: {fix}")
+        notes.append(f"host value {host} looks like {'an' if why[0] in 'aeiou' else 'a'} {why} rather than a node "
+                     f"name: {fix}")
     for what, why in result.refused.items():
         notes.append(f"{what} not imported: {why}")
     for what, how in result.derived.items():
