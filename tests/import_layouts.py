@@ -204,23 +204,25 @@ def helm_servicemonitor(index: int) -> Layout:
 
 
 def gpu_util_vm(index: int) -> Layout:
-    """Two cloud VMs without profiling metrics: one on current names (DCGM_FI_DEV_GPU_UTIL, ...), one on
-    dcgm-exporter 1.x compatibility names (dcgm_gpu_utilization, ...) with no Hostname (instance is the VM)."""
+    """Cloud VMs without profiling metrics: one on current names (DCGM_FI_DEV_GPU_UTIL, ...), one on
+    dcgm-exporter 1.x compatibility names (dcgm_gpu_utilization, ...) with no Hostname (instance is the VM), one
+    on lowercase names (dcgm_fi_dev_gpu_util, ...: a relabeling that lowercases metric names)."""
     lay = Layout("gpu_util_vm", index, 30)
     t = lay.times()
     truth: dict[str, Any] = {"gpus": {}, "energy_j": {}, "hosts": {}}
-    for vm, uuid, new in (("vm-t4-1", "GPU-7e570000-aaaa-bbbb-cccc-000000000001", True),
-                          ("vm-t4-2", "GPU-7e570000-aaaa-bbbb-cccc-000000000002", False)):
-        busy = _blocks(t, 29, 60 if new else 0)
-        duty = np.where(busy, 88.0 if new else 64.0, 0.0)
+    current = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
+               "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    compat = ("dcgm_gpu_utilization", "dcgm_fb_used", "dcgm_fb_free", "dcgm_power_usage",
+              "dcgm_total_energy_consumption")
+    for k, (vm, names) in enumerate((("vm-t4-1", current), ("vm-t4-2", compat),
+                                     ("vm-t4-3", tuple(n.lower() for n in current)))):
+        uuid = f"GPU-7e570000-aaaa-bbbb-cccc-00000000000{k + 1}"
+        busy = _blocks(t, 29, 60 * k)
+        duty = np.where(busy, (88.0, 64.0, 47.0)[k], 0.0)
         power = np.where(busy, 62.0, 11.0)
         energy = _energy_mj(power, 30, 1e9)
         used = np.where(busy, 9000.0, 0.0)
-        names = (("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
-                  "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") if new else
-                 ("dcgm_gpu_utilization", "dcgm_fb_used", "dcgm_fb_free", "dcgm_power_usage",
-                  "dcgm_total_energy_consumption"))
-        labels = (_dcgm(0, uuid, T4, "Hostname", vm) if new else
+        labels = (_dcgm(0, uuid, T4, "Hostname", vm) if names is not compat else
                   {"gpu": "0", "UUID": uuid, "instance": f"{vm}:9400", "job": "dcgm"})
         for metric, v in zip(names, (duty, used, 15360 - used, power, energy), strict=True):
             lay.add(metric, labels, v)

@@ -269,10 +269,12 @@ def test_energy_from_counter_differences_whatever_the_step(imported: Any, layout
 
 
 def test_energy_of_vms_and_1x_names(imported: Any, layouts: dict[str, Layout]) -> None:
-    """The 1.x compatibility names (dcgm_gpu_utilization, dcgm_total_energy_consumption, ...) are found too."""
+    """The 1.x compatibility names (dcgm_gpu_utilization, dcgm_total_energy_consumption, ...) and lowercase
+    dcgm_fi_* names are found too."""
     root, _ = imported("gpu_util_vm")
     truth = layouts["gpu_util_vm"].truth
     got = _per_gpu(root)
+    assert len(got) == 3
     for uuid, want in truth["gpus"].items():
         g = got[(uuid, None)]
         assert g["duty"] == pytest.approx(want["duty"], abs=0.01) and g["sm"] is None and g["engine"] is None

@@ -182,7 +182,8 @@ def never_used(roll: Rollups) -> list[str]:
 
 def utilization(roll: Rollups, t: Totals) -> Utilization:
     upper = t.fallback > 0
-    ub = " (upper bound: duty cycle stands in where SM activity was not measured)" if upper else ""
+    ub = (" (upper bound: engine-active or the duty cycle stands in where SM activity was not measured)"
+          if upper else "")
     never = never_used(roll)
     src = SRC_SAMPLES
 
@@ -449,8 +450,8 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         )
     if upper:
         warnings.append(
-            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (duty cycle only): real "
-            "utilization is an upper bound"
+            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (engine-active or duty cycle "
+            "only): real utilization is an upper bound"
         )
     if stopped:
         warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")

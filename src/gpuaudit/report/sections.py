@@ -323,8 +323,9 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
                   numeric=(False, True, False, False), caption="The hours behind the ratios")
     notes = []
     if u.real_is_upper_bound:
-        notes.append(f"Part of the fleet reports only the duty cycle ({fmt.pct(u.upper_bound_share.value)} of "
-                     "observed hours): there S uses the duty cycle, so real utilization is an upper bound.")
+        notes.append(f"Part of the fleet reports no SM activity, only engine-active or the duty cycle "
+                     f"({fmt.pct(u.upper_bound_share.value)} of observed hours): there S uses those, so real "
+                     "utilization is an upper bound.")
     engine = [s for s in r.trial.sources if s in schema.ENGINE_ACTIVE_SOURCES]
     if engine:
         notes.append(f"Rows from {', '.join(engine)} measure engine-active, not SM activity: the time any SM had "
