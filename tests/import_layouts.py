@@ -130,7 +130,7 @@ def slurm_mig(index: int) -> Layout:
             lay.add(metric, labels | {"hpc_job": job}, values, busy)
             lay.add(metric, labels, values, ~busy)
         truth["gpus"][(m1, gi)] = {"sm": float(sm_v.mean()), "engine": float(eng_v.mean()), "fraction": 3 / 7}
-        truth["jobs"][(m1, gi)] = (job, int(busy.sum()))
+        truth["jobs"][(m1, gi)] = (job, t[busy])  # the sample times under the job
     for gi, total_mib in ((7, 9984.0), (8, 40192.0)):
         base = _dcgm(1, m2, A100, None, None, **host, GPU_I_ID=str(gi))
         sm_v = np.full(len(t), 0.2 if gi == 7 else 0.6)
