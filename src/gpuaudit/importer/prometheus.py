@@ -115,6 +115,22 @@ def query_for(name: str, kind: str, selector: str, step_s: int) -> str:
     return f"{fn}({sel}[{rng}])"
 
 
+def plan_queries(mapping: Mapping, step_s: int, present: set[str] | None = None
+                 ) -> list[tuple[str, int, str, str, str]]:
+    """(field, prio, metric name, part, PromQL) for each query of a chunk; names not in `present` (when known:
+    not on the server in the window) are not asked. An average is asked with its samples per step (series that
+    split a step are weighted by them), a counter as its last, highest and lowest value per step."""
+    queries: list[tuple[str, int, str, str, str]] = []
+    for fld, spec in mapping.metrics.items():
+        for prio, name in enumerate(spec.names):
+            if present is not None and name not in present:
+                continue
+            parts = COUNTER_PARTS if spec.kind == COUNTER else ("", COUNT) if spec.kind == AVG else ("",)
+            queries += [(fld, prio, name, part, query_for(name, part or spec.kind, mapping.selector, step_s))
+                        for part in parts]
+    return queries
+
+
 def import_prometheus(root: Path | str, client: PromClient | Transport, mapping: Mapping, start: datetime,
                       end: datetime, step_s: int, *, max_points: int = MAX_POINTS,
                       progress: Progress | None = None) -> ImportResult:
@@ -151,19 +167,7 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
     """Query every chunk, convert, spill; returns the mapping used (the detected exporter's)."""
     mapping = _detect(prom, mapping, start, end, result)
     preset = PRESETS[mapping.exporter]
-    present = result.present_names
-    queries: list[tuple[str, int, str, str, str]] = []  # (field, prio, metric name, part, query)
-    for fld, spec in mapping.metrics.items():
-        for prio, name in enumerate(spec.names):
-            if present is not None and name not in present:
-                continue  # not on the server in this window: no query
-            if spec.kind == COUNTER:
-                queries += [(fld, prio, name, part, query_for(name, part, mapping.selector, step_s))
-                            for part in COUNTER_PARTS]
-            else:
-                queries.append((fld, prio, name, "", query_for(name, spec.kind, mapping.selector, step_s)))
-                if spec.kind == AVG:  # samples per step: series that split a step are weighted by them
-                    queries.append((fld, prio, name, COUNT, query_for(name, COUNT, mapping.selector, step_s)))
+    queries = plan_queries(mapping, step_s, result.present_names)
     info = _info_series(prom, preset, mapping, start, end, step_s)
     windows = list(chunks(start, end, step_s, max_points))
     total = len(windows) * len(queries)
