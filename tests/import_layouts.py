@@ -390,8 +390,28 @@ def nvidia_smi(index: int) -> Layout:
     lay.add("nvidia_smi_memory_used_bytes", host | {"uuid": mig}, np.full(len(t), 1.1665408e10))
     lay.add("nvidia_smi_power_draw_watts", host | {"uuid": mig}, np.full(len(t), 433.78))
     lay.add("nvidia_smi_mig_mode_current", host | {"uuid": mig}, np.ones(len(t)))
+    # With the NVML backend, a MIG GPU has per-GPU-instance activity (mig_info gives the profile); its power and
+    # energy stay on the GPU's uuid.
+    nvml = "00000000-2222-4333-8444-555555555555"
+    lay.add("nvidia_smi_gpu_info", host | {"uuid": nvml, "name": H100, "index": "2"}, np.ones(len(t)))
+    mig_power = np.where(busy, 350.0, 120.0)
+    mig_energy = 9.9e6 + np.cumsum(mig_power * 30.0)
+    lay.add("nvidia_smi_power_draw_watts", host | {"uuid": nvml}, mig_power)
+    lay.add("nvidia_smi_energy_joules_total", host | {"uuid": nvml}, mig_energy)
+    slices = {}
+    for gi, profile, sm in (("3", "3g.40gb", 0.4), ("5", "1g.10gb", 0.1)):
+        lay.add("nvidia_smi_mig_info", host | {"uuid": nvml, "mig_uuid": f"MIG-{gi}0000000-0000-4000-8000-000000000000",
+                                               "gpu_instance_id": gi, "compute_instance_id": "0", "profile": profile},
+                np.ones(len(t)))
+        gil = host | {"uuid": nvml, "gpu_instance_id": gi}
+        lay.add("nvidia_smi_mig_sm_activity_ratio", gil, np.where(busy, sm, 0.0))
+        lay.add("nvidia_smi_mig_graphics_activity_ratio", gil, np.where(busy, sm + 0.2, 0.0))
+        lay.add("nvidia_smi_mig_memory_used_bytes", gil, np.full(len(t), 3e9))
+        slices[("GPU-" + nvml, int(gi))] = {"sm": float(np.where(busy, sm, 0.0).mean()),
+                                            "fraction": (3 if gi == "3" else 1) / 7}
     lay.truth = {"uuid": "GPU-" + bare, "host": "ws-01", "duty": float(util.mean()), "energy_j": counter_truth(energy),
-                 "name": "NVIDIA GeForce RTX 4080 SUPER", "mig_uuid": "GPU-" + mig}
+                 "name": "NVIDIA GeForce RTX 4080 SUPER", "mig_uuid": "GPU-" + mig, "nvml_mig": slices,
+                 "nvml_power_w": float(mig_power.mean()), "nvml_energy_j": counter_truth(mig_energy)}
     return lay
 
 

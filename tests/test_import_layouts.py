@@ -314,12 +314,22 @@ def test_nvidia_smi_preset(imported: Any, layouts: dict[str, Layout]) -> None:
     truth = layouts["nvidia_smi"].truth
     assert (result.exporter, result.exporter_detected) == ("nvidia-smi", True)
     got = _per_gpu(root)
-    assert set(got) == {(truth["uuid"], None)}
+    assert set(got) == {(truth["uuid"], None), *truth["nvml_mig"]}
     g = got[(truth["uuid"], None)]
     assert g["duty"] == pytest.approx(truth["duty"], abs=0.01)
     assert (g["name"], g["idx"], g["host"]) == (truth["name"], 0, truth["host"])
     assert g["energy_j"] == pytest.approx(truth["energy_j"], rel=0.01)
     assert g["sources"] == ["prometheus-nvidia-smi-util"]
+    # The NVML backend's MIG activity: profile from nvidia_smi_mig_info, the GPU's power and energy split once.
+    for key, want in truth["nvml_mig"].items():
+        assert got[key]["fraction"] == pytest.approx(want["fraction"])
+        assert got[key]["sm"] == pytest.approx(want["sm"], abs=0.01)
+        assert got[key]["sources"] == ["prometheus-nvidia-smi"] and got[key]["idx"] == 2
+    mig_uuid = next(iter(truth["nvml_mig"]))[0]
+    energy = sum(got[k]["energy_j"] for k in truth["nvml_mig"])
+    assert energy == pytest.approx(truth["nvml_energy_j"], rel=0.01)
+    power = _q(root, f"SELECT sum(power_w) AS w FROM samples WHERE gpu_uuid = '{mig_uuid}' GROUP BY ts")["w"]
+    assert power.mean() == pytest.approx(truth["nvml_power_w"], rel=0.01)
     _, notes = summary(result)
     assert any(truth["mig_uuid"] in n and "no utilization series" in n for n in notes), notes
 
