@@ -11,12 +11,20 @@ import polars as pl
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.result import (
     Breakdowns,
-    Column,
     DataQuality,
+    DemandColumns,
     Figure,
+    GpuCoverageColumns,
+    HolderColumns,
+    HourOfWeekColumns,
+    PerGpuColumns,
+    PerNodeColumns,
+    PerWeekColumns,
     Table,
+    TableColumn,
     Trial,
     Utilization,
+    WrsColumns,
 )
 from gpuaudit.analysis.stage1.rollup import DEMAND_BUCKET_S, Rollups
 from gpuaudit.errors import NoDataError
@@ -27,13 +35,13 @@ SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hou
 
 # Shared column definitions of the W/R/S tables.
 _WRS = (
-    Column("observed_gpu_hours", "GPU-h", "W: time covered by samples"),
-    Column("runtime_gpu_hours", "GPU-h", "R: time with at least one process"),
-    Column("real_gpu_hours", "GPU-h", "S: SM activity × time"),
-    Column("runtime_utilization", "fraction", "R / W"),
-    Column("real_utilization", "fraction", "S / W"),
-    Column("efficiency_while_held", "fraction", "S / R"),
-    Column("idle_held_gpu_hours", "GPU-h", "held by a process while SM activity < 1 %"),
+    TableColumn(WrsColumns.OBSERVED_GPU_HOURS, "GPU-h", "W: time covered by samples"),
+    TableColumn(WrsColumns.RUNTIME_GPU_HOURS, "GPU-h", "R: time with at least one process"),
+    TableColumn(WrsColumns.REAL_GPU_HOURS, "GPU-h", "S: SM activity × time"),
+    TableColumn(WrsColumns.RUNTIME_UTILIZATION, "fraction", "R / W"),
+    TableColumn(WrsColumns.REAL_UTILIZATION, "fraction", "S / W"),
+    TableColumn(WrsColumns.EFFICIENCY_WHILE_HELD, "fraction", "S / R"),
+    TableColumn(WrsColumns.IDLE_HELD_GPU_HOURS, "GPU-h", "held by a process while SM activity < 1 %"),
 )
 
 
@@ -101,7 +109,7 @@ def _wrs_ratios(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def table(name: str, description: str, df: pl.DataFrame, columns: tuple[Column, ...], source: str) -> Table:
+def table(name: str, description: str, df: pl.DataFrame, columns: tuple[TableColumn, ...], source: str) -> Table:
     names = [c.name for c in columns]
     rows = tuple(df.select(names).to_dicts()) if df.height else ()
     return Table(name=name, description=description, columns=columns, rows=rows, source=source)
@@ -285,14 +293,14 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
         .sort("runtime_gpu_hours", label, descending=[True, False])
     )
     cols = (
-        Column(label, "", f"{label} (from gpu_processes)"),
-        Column("runtime_gpu_hours", "GPU-h", "share of R this holder held"),
-        Column("real_gpu_hours", "GPU-h", "share of S while held"),
-        Column("efficiency_while_held", "fraction", "S / R"),
-        Column("idle_held_gpu_hours", "GPU-h", "held while SM activity < 1 %"),
-        Column("gpus", "count", "GPUs (MIG slices) used"),
-        Column("first_hour", "UTC", "first hour seen"),
-        Column("last_hour", "UTC", "end of the last hour seen"),
+        TableColumn(label, "", f"{label} (from gpu_processes)"),
+        TableColumn(HolderColumns.RUNTIME_GPU_HOURS, "GPU-h", "share of R this holder held"),
+        TableColumn(HolderColumns.REAL_GPU_HOURS, "GPU-h", "share of S while held"),
+        TableColumn(HolderColumns.EFFICIENCY_WHILE_HELD, "fraction", "S / R"),
+        TableColumn(HolderColumns.IDLE_HELD_GPU_HOURS, "GPU-h", "held while SM activity < 1 %"),
+        TableColumn(HolderColumns.GPUS, "count", "GPUs (MIG slices) used"),
+        TableColumn(HolderColumns.FIRST_HOUR, "UTC", "first hour seen"),
+        TableColumn(HolderColumns.LAST_HOUR, "UTC", "end of the last hour seen"),
     )
     return table(name, description, agg, cols, SRC_HOLDERS)
 
@@ -303,7 +311,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         g.group_by("host").agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus")).sort("host")
     )
     per_node = table("per_node", "Utilization per node.", node,
-                     (Column("host", "", "node"), Column("gpus", "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
+                     (TableColumn(PerNodeColumns.HOST, "", "node"),
+                      TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
 
     gpu = _wrs_ratios(
         g.group_by("host", "gpu_uuid", "mig_instance")
@@ -321,13 +330,15 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     per_gpu = table(
         "per_gpu", "Utilization per GPU (MIG slices separately).", gpu,
-        (Column("host", "", "node"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
-         Column("gpu_name", "", "product name"), Column("gpu_fraction", "GPUs", "share of a physical GPU"),
-         *_WRS, Column("max_mem_used_bytes", "bytes", "peak framebuffer memory used"),
-         Column("mem_total_bytes", "bytes", "framebuffer memory"),
-         Column("average_power_w", "W", "measured average board power"),
-         Column("upper_bound", "", "SM activity not measured: duty cycle stands in (upper bound)"),
-         Column("never_used", "", "no process during the whole trial")),
+        (TableColumn(PerGpuColumns.HOST, "", "node"),
+         TableColumn(PerGpuColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
+         TableColumn(PerGpuColumns.GPU_NAME, "", "product name"),
+         TableColumn(PerGpuColumns.GPU_FRACTION, "GPUs", "share of a physical GPU"),
+         *_WRS, TableColumn(PerGpuColumns.MAX_MEM_USED_BYTES, "bytes", "peak framebuffer memory used"),
+         TableColumn(PerGpuColumns.MEM_TOTAL_BYTES, "bytes", "framebuffer memory"),
+         TableColumn(PerGpuColumns.AVERAGE_POWER_W, "W", "measured average board power"),
+         TableColumn(PerGpuColumns.UPPER_BOUND, "", "SM activity not measured: duty cycle stands in (upper bound)"),
+         TableColumn(PerGpuColumns.NEVER_USED, "", "no process during the whole trial")),
         SRC_SAMPLES,
     )
 
@@ -344,7 +355,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     hour_of_week = table(
         "hour_of_week", "Utilization by hour of the week (UTC), summed over the trial's weeks.", how,
-        (Column("day_of_week", "", "0 = Monday … 6 = Sunday"), Column("hour_of_day", "", "0-23 UTC"), *_WRS),
+        (TableColumn(HourOfWeekColumns.DAY_OF_WEEK, "", "0 = Monday … 6 = Sunday"),
+         TableColumn(HourOfWeekColumns.HOUR_OF_DAY, "", "0-23 UTC"), *_WRS),
         SRC_SAMPLES,
     )
     week = _wrs_ratios(
@@ -356,7 +368,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     per_week = table(
         "per_week", "Weekly trend (weeks start on Monday, UTC).", week,
-        (Column("week", "", "Monday the week starts on"), Column("gpus", "count", "GPUs reporting"), *_WRS),
+        (TableColumn(PerWeekColumns.WEEK, "", "Monday the week starts on"),
+         TableColumn(PerWeekColumns.GPUS, "count", "GPUs reporting"), *_WRS),
         SRC_SAMPLES,
     )
 
@@ -378,12 +391,12 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         f"Fleet demand per hour (mean and peak of {bucket_s:g} s buckets): GPUs held by processes and "
         "SM-weighted GPUs in use.",
         hourly,
-        (Column("hour", "UTC", "hour start"),
-         Column("gpus_held", "GPUs", "mean GPUs held by at least one process"),
-         Column("peak_gpus_held", "GPUs", "peak bucket of GPUs held"),
-         Column("gpus_in_use", "GPUs", "mean SM-weighted GPUs in use (Σ sm_active × gpu_fraction)"),
-         Column("peak_gpus_in_use", "GPUs", "peak bucket of SM-weighted GPUs in use"),
-         Column("gpus_reporting", "GPUs", "mean GPUs with samples")),
+        (TableColumn(DemandColumns.HOUR, "UTC", "hour start"),
+         TableColumn(DemandColumns.GPUS_HELD, "GPUs", "mean GPUs held by at least one process"),
+         TableColumn(DemandColumns.PEAK_GPUS_HELD, "GPUs", "peak bucket of GPUs held"),
+         TableColumn(DemandColumns.GPUS_IN_USE, "GPUs", "mean SM-weighted GPUs in use (Σ sm_active × gpu_fraction)"),
+         TableColumn(DemandColumns.PEAK_GPUS_IN_USE, "GPUs", "peak bucket of SM-weighted GPUs in use"),
+         TableColumn(DemandColumns.GPUS_REPORTING, "GPUs", "mean GPUs with samples")),
         SRC_SAMPLES + " (level 'demand')",
     )
     return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table)
@@ -471,12 +484,15 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     warnings.extend(roll.rejected_rows)
     gpus = table(
         "gpus", "Coverage per GPU.", per,
-        (Column("host"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
-         Column("observed_hours", "hours", "time covered by samples"),
-         Column("coverage", "fraction", "observed hours ÷ trial hours"),
-         Column("gap_hours", "hours", "hours of the trial window without a sample"),
-         Column("first_sample", "UTC"), Column("last_sample", "UTC"),
-         Column("stopped_reporting", "", "last sample more than the threshold before the trial end")),
+        (TableColumn(GpuCoverageColumns.HOST),
+         TableColumn(GpuCoverageColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
+         TableColumn(GpuCoverageColumns.OBSERVED_HOURS, "hours", "time covered by samples"),
+         TableColumn(GpuCoverageColumns.COVERAGE, "fraction", "observed hours ÷ trial hours"),
+         TableColumn(GpuCoverageColumns.GAP_HOURS, "hours", "hours of the trial window without a sample"),
+         TableColumn(GpuCoverageColumns.FIRST_SAMPLE, "UTC"),
+         TableColumn(GpuCoverageColumns.LAST_SAMPLE, "UTC"),
+         TableColumn(GpuCoverageColumns.STOPPED_REPORTING, "",
+                     "last sample more than the threshold before the trial end")),
         SRC_SAMPLES,
     )
     return DataQuality(
