@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.report_helpers import write_fixed_dataset
 
 from gpuaudit.analysis import result as R
 from gpuaudit.analysis.config import load_config
 from gpuaudit.analysis.pipeline import analyze
 from gpuaudit.report.sections import build_report
-from report_helpers import write_fixed_dataset
 
 WRS = ["observed_gpu_hours", "runtime_gpu_hours", "real_gpu_hours", "runtime_utilization", "real_utilization",
        "efficiency_while_held", "idle_held_gpu_hours"]
