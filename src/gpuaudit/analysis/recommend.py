@@ -186,7 +186,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
     elif c.resamples and c.cheapest_flip_share >= 0.05:
         cap(1, f"the cheapest scenario changes in {c.cheapest_flip_share:.0%} of day-resamples")
     d = c.cost_difference_usd
-    if c.resamples and d.low < 0 < d.high:
+    if c.resamples and d.low is not None and d.high is not None and d.low < 0 < d.high:
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -368,7 +369,7 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
     T = TornadoColumns
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for section, key, label, lo, hi in PARAMETERS:
         value = float(getattr(getattr(cfg, section), key))
         if value == 0:

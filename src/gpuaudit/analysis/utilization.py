@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -78,6 +79,11 @@ class Totals:
         return self.energy_j / self.energy_s if self.energy_s > 0 else None
 
 
+def _num(value: Any) -> float:
+    """A polars aggregate (Series.min/max/sum, typed as any Python literal) of a numeric column, as a float."""
+    return float(value)
+
+
 def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return pl.when(b > 0).then(a / b).otherwise(None)
 
@@ -122,7 +128,7 @@ def check_enough(roll: Rollups, cfg: Config, root: str) -> None:
             f"no GPU samples in {root}: record some first (`gpuaudit agent run`, `gpuaudit import prometheus` "
             "or `gpuaudit simulate`)"
         )
-    span_h = (float(g["last_s"].max()) - float(g["first_s"].min())) / H
+    span_h = (_num(g["last_s"].max()) - _num(g["first_s"].min())) / H
     if span_h < cfg.decision.min_trial_hours:
         raise NoDataError(
             f"the trial in {root} covers only {span_h * 60:.0f} minutes; at least "
@@ -138,7 +144,7 @@ def totals(roll: Rollups) -> Totals:
                "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s").sum()
     ).row(0, named=True)
     per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
-    span_s = float(g["last_s"].max()) - float(g["first_s"].min())
+    span_s = _num(g["last_s"].max()) - _num(g["first_s"].min())
     return Totals(
         w=sums["observed_s"] / H, r=sums["held_s"] / H, b=(sums["busy_s"] or 0) / H, s=(sums["real_s"] or 0) / H,
         s_lower=((sums["real_s"] or 0) - (sums["fallback_real_s"] or 0)) / H, overlap=(sums["overlap_s"] or 0) / H,
@@ -165,7 +171,7 @@ def add_months(day: dt.date, months: int) -> dt.date:
 
 def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     g = roll.gpu_hours
-    start, end = _ts(float(g["first_s"].min())), _ts(float(g["last_s"].max()))
+    start, end = _ts(_num(g["first_s"].min())), _ts(_num(g["last_s"].max()))
     days = (end - start).total_seconds() / 86400
     sources = sorted(set(g["source_min"].drop_nulls().to_list()) | set(g["source_max"].drop_nulls().to_list()))
     observed_days = g.select((pl.col("hour_s") // 86400).n_unique()).item()
@@ -409,12 +415,12 @@ def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
     whole multiple of the longest interval, so every bucket holds one sample per GPU (no false zeros).
     Buckets with no samples inside the trial count as zero demand (no GPU reported)."""
     d = roll.demand
-    longest = float(d["max_interval_s"].max() or DEMAND_BUCKET_S)
+    longest = _num(d["max_interval_s"].max() or DEMAND_BUCKET_S)
     bucket = DEMAND_BUCKET_S * max(1, math.ceil(longest / DEMAND_BUCKET_S - 1e-9))
     d = d.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by("bucket_s").agg(
         pl.col("observed_s", "held_s", "real_s").sum()
     )
-    lo, hi = float(d["bucket_s"].min()), float(d["bucket_s"].max())
+    lo, hi = _num(d["bucket_s"].min()), _num(d["bucket_s"].max())
     grid = pl.DataFrame({"bucket_s": [lo + i * bucket for i in range(round((hi - lo) / bucket) + 1)]})
     d = grid.join(d, on="bucket_s", how="left").fill_null(0.0)
     return d.select(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
+from typing import Any
 
 INK = "#1f2933"
 GRID = "#d9dee4"
@@ -21,7 +22,7 @@ CLOUD = "#7c3aed"
 ONPREM = "#0f766e"
 TODAY = "#b91c1c"
 
-_STYLE = {
+_STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every name
     "svg.fonttype": "none",  # real <text>: selectable, searchable, small
     "svg.hashsalt": "gpuaudit",  # deterministic ids, so the same data gives the same file
     "text.parse_math": False,

@@ -559,7 +559,7 @@ class LoadModel:
         rate_max = bp.starts_per_day * weight / DAY_S
         weights = [w for w, _, _ in bp.durations]
         out = []
-        t = -WARMUP_S
+        t: float = -WARMUP_S
         interactive_cmds = [i for i, c in enumerate(bp.commands) if c in _INTERACTIVE_CMDS]
         batch_cmds = [i for i, c in enumerate(bp.commands) if c not in _INTERACTIVE_CMDS] or interactive_cmds
         while True:
@@ -612,7 +612,7 @@ class LoadModel:
         demand = (sp.base_gpus[0] + (sp.base_gpus[1] - sp.base_gpus[0]) * day_w) * scale
         # Bursts: thinned Poisson arrivals, trapezoids (ramp up, hold, ramp down).
         rate_max = sp.bursts_per_day / DAY_S
-        t = t0
+        t: float = t0
         while True:
             t += rng.expovariate(rate_max)
             if t >= self.horizon_s:

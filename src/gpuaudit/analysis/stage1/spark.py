@@ -14,6 +14,7 @@ any PySpark program (e.g. `--driver-memory 8g pyspark-shell`).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -25,6 +26,8 @@ from gpuaudit import schema, store
 from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, remote
+
+log = logging.getLogger("gpuaudit.store")  # the reader's logger: the same warnings as the DuckDB engine
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
@@ -171,7 +174,7 @@ class Views:
                 f"SELECT reason, count(*) AS n FROM ({reasons}) WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY n DESC, reason")).collect()
             for reason, n in rows:
-                store.log.warning("excluded %d %s rows: %s", n, table, reason)
+                log.warning("excluded %d %s rows: %s", n, table, reason)
                 out.append((table, reason, n))
         return out
 
