@@ -27,8 +27,6 @@ from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, remote
 
-log = logging.getLogger("gpuaudit.store")  # the reader's logger: the same warnings as the DuckDB engine
-
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
                 "INTEGER": "INT", "BIGINT": "BIGINT", "DATE": "DATE"}
@@ -174,7 +172,7 @@ class Views:
                 f"SELECT reason, count(*) AS n FROM ({reasons}) WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY n DESC, reason")).collect()
             for reason, n in rows:
-                log.warning("excluded %d %s rows: %s", n, table, reason)
+                logging.getLogger("gpuaudit.store").warning("excluded %d %s rows: %s", n, table, reason)
                 out.append((table, reason, n))
         return out
 
