@@ -37,6 +37,7 @@ DOCUMENTED: dict[str, list[str]] = {
     "breakdowns.per_week": ["week", "gpus", *WRS],
     "breakdowns.demand": ["hour", "gpus_held", "peak_gpus_held", "gpus_in_use", "peak_gpus_in_use",
                           "gpus_reporting"],
+    "breakdowns.demand_duration": ["gpus_held", "share_of_hours"],
     "data_quality.gpus": ["host", "gpu", "observed_hours", "coverage", "gap_hours", "first_sample", "last_sample",
                           "stopped_reporting"],
     "hybrid.curve": ["n", "owned_usd", "cloud_usd", "total_usd", "cloud_gpu_hours"],
@@ -53,6 +54,7 @@ CONSTANTS: dict[str, type[R._Names]] = {
     "breakdowns.per_user": R.PerUserColumns, "breakdowns.per_job": R.PerJobColumns,
     "breakdowns.per_pod": R.PerPodColumns, "breakdowns.hour_of_week": R.HourOfWeekColumns,
     "breakdowns.per_week": R.PerWeekColumns, "breakdowns.demand": R.DemandColumns,
+    "breakdowns.demand_duration": R.DemandDurationColumns,
     "data_quality.gpus": R.GpuCoverageColumns, "hybrid.curve": R.HybridCurveColumns,
     "break_even.curve": R.BreakEvenCurveColumns, "sensitivity.tornado": R.TornadoColumns,
     "sensitivity.growth": R.GrowthColumns,
@@ -123,7 +125,8 @@ READ_BY_THE_REPORT = [
     ("breakdowns.per_node", "host"),  # a table's column
     ("breakdowns.hour_of_week", "day_of_week"),  # heatmap
     ("breakdowns.per_week", "runtime_utilization"),  # weekly trend
-    ("breakdowns.demand", "gpus_held"),  # demand duration curve
+    ("breakdowns.demand", "gpus_held"),  # demand duration curve: what it is a curve of
+    ("breakdowns.demand_duration", "share_of_hours"),  # ... and the curve
     ("break_even.curve", "cloud_usd_per_gpu_year"),  # break-even curve
     ("hybrid.curve", "total_usd"),  # hybrid cost curve
     ("sensitivity.tornado", "low_diff_usd"),  # tornado
@@ -168,3 +171,23 @@ def test_the_curve_is_empty_without_a_break_even_and_linear_with_one() -> None:
     rows = break_even_curve(some, 8, 36).rows
     assert rows[25] == {"held_utilization": 0.5, "cloud_usd_per_gpu_year": pytest.approx((1e5 + 4e5 * 2) / 24),
                         "owned_usd_per_gpu_year": pytest.approx(1e6 / 24)}
+
+
+def test_the_phantom_figures_and_the_demand_curve_come_from_the_analysis(result: R.AnalysisResult) -> None:
+    """The fixed fleet (tests/report_helpers.py) by hand: alice holds GPU 0 on weekday office hours (10 days ×
+    9 h at SM 0.6), bob holds GPU 1 all 14 days (SM 0.3 for 2 h a day), carol holds GPU 2 ten hours a night
+    (SM 0.9); GPU 3 is never used."""
+    r_hours = 10 * 9 + 14 * 24 + 14 * 10
+    s_hours = 10 * 9 * 0.6 + 14 * 2 * 0.3 + 14 * 10 * 0.9
+    u, c = result.utilization, result.costs
+    assert u.phantom_gpu_hours.value == pytest.approx(r_hours - s_hours)  # 566 − 188.4
+    rate = c.cloud_effective_usd_per_gpu_hour.value
+    assert rate is not None
+    assert c.phantom_usd.value == pytest.approx((r_hours - s_hours) * rate)
+    assert c.phantom_usd_per_year.value == pytest.approx((r_hours - s_hours) * rate * 8766 / (14 * 24))
+    # Demand duration: bob's GPU is held every hour, alice's and carol's never overlap, so 2 GPUs are held
+    # in the 90 + 140 hours either of them works.
+    d = R.DemandDurationColumns
+    curve = result.breakdowns.demand_duration
+    assert list(zip(curve.values(d.GPUS_HELD), curve.values(d.SHARE_OF_HOURS), strict=True)) == [
+        (0.0, 1.0), (1.0, 1.0), (2.0, pytest.approx((90 + 140) / (14 * 24)))]

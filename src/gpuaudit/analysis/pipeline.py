@@ -17,6 +17,7 @@ from gpuaudit.analysis.config import Config, load_config, preset_comments
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
     RESULT_VERSION,
     AnalysisResult,
     Assumption,
@@ -153,7 +154,7 @@ def analyze_rollups(
         growth_flip=_growth_flip(sens.growth, block.cheapest),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
-    costs_ = _costs(cfg, block, measured)
+    costs_ = _costs(cfg, block, measured, tr.days)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
@@ -208,12 +209,14 @@ def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resample
                       np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
 
 
-def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
+def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
     ok = m.reporting > 1e-9
     scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
+    phantom = max(m.r - m.s, 0.0) * p.blended
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_effective_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
@@ -254,6 +257,11 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud effective rate", phantom_src,
+                           "What the held GPU time that did no work would cost in the cloud, over the trial."),
+        phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
+                                    f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
+                                    "The same, per year at the trial's rate."),
     )
 
 

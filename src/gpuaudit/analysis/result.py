@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 RESULT_VERSION = 2  # 2: present-value costs, held-hour break-even, one recommendation, bounds
+HOURS_PER_YEAR = 8766.0  # 365.25 days: what "per year" figures scale the trial to
 
 
 class Branch(enum.StrEnum):
@@ -199,6 +200,11 @@ class DemandColumns(_Names):
     GPUS_REPORTING: ClassVar[str] = "gpus_reporting"
 
 
+class DemandDurationColumns(_Names):
+    GPUS_HELD: ClassVar[str] = "gpus_held"  # a level of the hourly demand
+    SHARE_OF_HOURS: ClassVar[str] = "share_of_hours"  # share of hours with demand at or above it
+
+
 class GpuCoverageColumns(_Names):
     """DataQuality.gpus."""
 
@@ -313,6 +319,7 @@ class Utilization:
     average_power_w: Figure
     energy_kwh: Figure
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
+    phantom_gpu_hours: Figure  # max(R − S, 0): held GPU time that did no work (a lower bound where S is an upper one)
 
 
 @dataclass(frozen=True)
@@ -322,7 +329,8 @@ class Breakdowns:
     per_node, per_gpu, per_user, per_job, per_pod: W/R/S GPU-hours and their ratios per entity.
     hour_of_week: 7 × 24 cells (day_of_week 0=Monday, hour_of_day 0-23 UTC) of utilization.
     per_week: ISO week trend. demand: the fleet demand series (GPUs held and SM-weighted GPUs in use
-    per bucket), the input of hybrid sizing.
+    per bucket), the input of hybrid sizing. demand_duration: its duration curve, the share of hours in which
+    GPUs held reached each level (a step per distinct level).
     """
 
     per_node: Table
@@ -333,6 +341,7 @@ class Breakdowns:
     hour_of_week: Table
     per_week: Table
     demand: Table
+    demand_duration: Table  # DemandDurationColumns
 
 
 @dataclass(frozen=True)
@@ -470,6 +479,8 @@ class Costs:
     fleet_gpus / fleet_capacity / owned_gpus: GPUs in the fleet, its capacity in GPU equivalents, GPUs owned.
     pack_factor: held demand × this in the "if behaviour changes" scenarios. reserved_gpus: all-cloud's
       reservation (billed 24/7). cloud_reserved/flexible_usd_per_gpu_hour: the two cloud prices.
+    phantom_usd / phantom_usd_per_year: what the held-but-idle time (R − S) would cost at the cloud's effective
+      rate, over the trial and per year.
     """
 
     horizon_months: int
@@ -491,6 +502,8 @@ class Costs:
     reserved_gpus: float
     cloud_reserved_usd_per_gpu_hour: Figure
     cloud_flexible_usd_per_gpu_hour: Figure
+    phantom_usd: Figure  # the trial's phantom GPU-hours (R − S) at the cloud's effective rate
+    phantom_usd_per_year: Figure  # the same, scaled to a year (HOURS_PER_YEAR ÷ trial hours)
 
 
 @dataclass(frozen=True)

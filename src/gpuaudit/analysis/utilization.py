@@ -14,6 +14,7 @@ from gpuaudit.analysis.result import (
     Breakdowns,
     DataQuality,
     DemandColumns,
+    DemandDurationColumns,
     Figure,
     GpuCoverageColumns,
     HolderColumns,
@@ -242,6 +243,10 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
         real_utilization_lower=fig(t.s_lower / t.w, "fraction", "(S − duty-cycle stand-in) / W", src,
                                    "Lowest possible real utilization: duty-cycle-only time counted as no SM "
                                    "activity (equals real utilization where SM activity was measured)."),
+        phantom_gpu_hours=Figure(max(t.r - t.s, 0.0), "GPU-h", "max(R − S, 0)", src,
+                                 "Phantom GPU-hours: runtime GPU-hours minus real GPU-hours over the trial"
+                                 + (" (a lower bound: S is an upper bound)" if upper else "") + ".",
+                                 lower_bound=upper),
     )
 
 
@@ -405,7 +410,31 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
          TableColumn(DemandColumns.GPUS_REPORTING, "GPUs", "mean GPUs with samples")),
         SRC_SAMPLES + " (level 'demand')",
     )
-    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table)
+    held = [float(v or 0) for v in hourly[DemandColumns.GPUS_HELD].to_list()] if hourly.height else []
+    xs, ys = duration_curve(sorted(held, reverse=True))
+    duration = Table(
+        "demand_duration", "Share of hours in which the fleet held at least this many GPUs (hourly means).",
+        (TableColumn(DemandDurationColumns.GPUS_HELD, "GPUs", "a level of hourly mean GPUs held"),
+         TableColumn(DemandDurationColumns.SHARE_OF_HOURS, "fraction", "share of hours at or above it")),
+        tuple({DemandDurationColumns.GPUS_HELD: x, DemandDurationColumns.SHARE_OF_HOURS: y}
+              for x, y in zip(xs, ys, strict=True)) if held else (),
+        SRC_SAMPLES + " (level 'demand')",
+    )
+    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table,
+                      duration)
+
+
+def duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
+    """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
+    n = len(desc)
+    xs: list[float] = [0.0]
+    ys: list[float] = [1.0]
+    for i, v in enumerate(desc):
+        if i + 1 == n or desc[i + 1] != v:
+            xs.append(v)
+            ys.append((i + 1) / n)
+    pairs = sorted(zip(xs, ys, strict=True))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:

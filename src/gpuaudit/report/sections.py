@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
     AnalysisResult,
     BreakEvenCurveColumns,
     Condition,
     CostScenario,
     DemandColumns,
+    DemandDurationColumns,
     Figure,
     GpuCoverageColumns,
     GrowthColumns,
@@ -39,7 +41,6 @@ from gpuaudit.report import charts, fmt
 from gpuaudit.report.model import Chart, KeyFigure, Report, ReportTable, Section, Verdict
 
 TOP_N = 10
-HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 _HEADLINES = {
     ("cloud", "cloud"): "Stay in the cloud",
@@ -269,7 +270,7 @@ def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
     if best is None:
         return KeyFigure("Cheapest scenario", r.costs.cheapest, "cost model")
     if stay is not None and stay.id != best.id and stay.total.value is not None and best.total.value is not None:
-        saving = stay.total.value - best.total.value
+        saving = r.decision.saving_usd  # stay-as-is minus the cheapest
         return KeyFigure(
             label=f"Cheapest over {months} months: {best.label}",
             text=f"saves {fmt.money(saving)}" if saving >= 0 else f"costs {fmt.money(-saving)} more",
@@ -283,28 +284,22 @@ def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
 
 # -- 1. believed vs real -----------------------------------------------------------------------------------
 
-def _phantom_dollars(r: AnalysisResult) -> tuple[float | None, float | None, str]:
-    """Cost of the runtime hours without SM work, over the trial and per year, at the cloud rate."""
-    u = r.utilization
+def _phantom_formula(r: AnalysisResult) -> str:
+    """How the phantom dollars come about, with the numbers (the analysis computed them: costs.phantom_usd)."""
     rate = r.costs.cloud_effective_usd_per_gpu_hour.value
-    if u.runtime_gpu_hours.value is None or u.real_gpu_hours.value is None or rate is None:
-        return None, None, ""
-    idle = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
-    trial_usd = idle * rate
-    hours_observed = max(r.trial.days * 24, 1e-9)
-    per_year = trial_usd * HOURS_PER_YEAR / hours_observed
-    formula = (f"(R − S) × cloud effective rate = {fmt.hours(idle)} × ${rate:,.2f}/GPU-h; "
-               f"per year: × {HOURS_PER_YEAR:,.0f} h ÷ {hours_observed:,.0f} trial hours")
-    return trial_usd, per_year, formula
+    if rate is None:
+        return ""
+    trial_hours = max(r.trial.days * 24, 1e-9)
+    return (f"(R − S) × cloud effective rate = {fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
+            f"${rate:,.2f}/GPU-h; per year: × {HOURS_PER_YEAR:,.0f} h ÷ {trial_hours:,.0f} trial hours")
 
 
 def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u = r.utilization
-    trial_usd, per_year, formula = _phantom_dollars(r)
+    trial_usd, per_year = r.costs.phantom_usd.value, r.costs.phantom_usd_per_year.value
+    formula = _phantom_formula(r)
     at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
-    gap_hours = None
-    if u.runtime_gpu_hours.value is not None and u.real_gpu_hours.value is not None:
-        gap_hours = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
+    gap_hours = u.phantom_gpu_hours.value
     figs = [
         _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
@@ -469,9 +464,10 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     if dcol is None:
         raise ResultContractError(f"hybrid.demand_basis {h.demand_basis!r} names no column of the demand table")
     d.require(dcol)
-    if d.rows:
-        values = sorted((float(x.get(dcol) or 0) for x in d.rows), reverse=True)
-        xs, ys = _duration_curve(values)
+    dur, dc = r.breakdowns.demand_duration, DemandDurationColumns
+    dur.require(dc.GPUS_HELD, dc.SHARE_OF_HOURS)
+    if dur.rows:
+        xs, ys = dur.values(dc.GPUS_HELD), dur.values(dc.SHARE_OF_HOURS)
         step("chart: demand")
         charts_.append(Chart("demand", "Demand duration curve",
                              charts.demand_duration(xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
@@ -518,19 +514,6 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
 _BASIS_COLUMN = {"held": DemandColumns.GPUS_HELD}  # hybrid.demand_basis -> the demand table's column
 _DEMAND_LABELS = {DemandColumns.GPUS_HELD: "GPUs held by a process",
                   DemandColumns.GPUS_IN_USE: "GPUs in use (SM-weighted)"}
-
-
-def _duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
-    """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
-    n = len(desc)
-    xs: list[float] = [0.0]
-    ys: list[float] = [1.0]
-    for i, v in enumerate(desc):
-        if i + 1 == n or desc[i + 1] != v:
-            xs.append(v)
-            ys.append((i + 1) / n)
-    pairs = sorted(zip(xs, ys, strict=True))
-    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 # -- 5. costs --------------------------------------------------------------------------------------------------
