@@ -125,8 +125,8 @@ READ_BY_THE_REPORT = [
     ("breakdowns.per_node", "host"),  # a table's column
     ("breakdowns.hour_of_week", "day_of_week"),  # heatmap
     ("breakdowns.per_week", "runtime_utilization"),  # weekly trend
-    ("breakdowns.demand", "gpus_held"),  # demand duration curve: what it is a curve of
-    ("breakdowns.demand_duration", "share_of_hours"),  # ... and the curve
+    ("breakdowns.demand_duration", "gpus_held"),  # demand duration curve
+    ("breakdowns.demand_duration", "share_of_hours"),
     ("break_even.curve", "cloud_usd_per_gpu_year"),  # break-even curve
     ("hybrid.curve", "total_usd"),  # hybrid cost curve
     ("sensitivity.tornado", "low_diff_usd"),  # tornado

@@ -19,7 +19,6 @@ from gpuaudit.analysis.result import (
     BreakEvenCurveColumns,
     Condition,
     CostScenario,
-    DemandColumns,
     DemandDurationColumns,
     Figure,
     GpuCoverageColumns,
@@ -459,15 +458,13 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
              text="never" if be.never else None),
     ]
     charts_: list[Chart] = []
-    d = r.breakdowns.demand
+    dur, share = r.breakdowns.demand_duration, DemandDurationColumns.SHARE_OF_HOURS
     dcol = _BASIS_COLUMN.get(h.demand_basis)
     if dcol is None:
-        raise ResultContractError(f"hybrid.demand_basis {h.demand_basis!r} names no column of the demand table")
-    d.require(dcol)
-    dur, dc = r.breakdowns.demand_duration, DemandDurationColumns
-    dur.require(dc.GPUS_HELD, dc.SHARE_OF_HOURS)
+        raise ResultContractError(f"hybrid.demand_basis {h.demand_basis!r}: no duration curve of that series")
+    dur.require(dcol, share)
     if dur.rows:
-        xs, ys = dur.values(dc.GPUS_HELD), dur.values(dc.SHARE_OF_HOURS)
+        xs, ys = dur.values(dcol), dur.values(share)
         step("chart: demand")
         charts_.append(Chart("demand", "Demand duration curve",
                              charts.demand_duration(xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
@@ -511,9 +508,9 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
 
 
-_BASIS_COLUMN = {"held": DemandColumns.GPUS_HELD}  # hybrid.demand_basis -> the demand table's column
-_DEMAND_LABELS = {DemandColumns.GPUS_HELD: "GPUs held by a process",
-                  DemandColumns.GPUS_IN_USE: "GPUs in use (SM-weighted)"}
+# hybrid.demand_basis -> the duration curve's column (the curve is of the series the hybrid is sized on)
+_BASIS_COLUMN = {"held": DemandDurationColumns.GPUS_HELD}
+_DEMAND_LABELS = {DemandDurationColumns.GPUS_HELD: "GPUs held by a process"}
 
 
 # -- 5. costs --------------------------------------------------------------------------------------------------
