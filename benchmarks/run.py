@@ -116,6 +116,10 @@ def main() -> int:
         "- reproduce: `make bench` (or `python benchmarks/run.py`)\n\n"
         "Every figure is measured in the same run as its baseline; ratios are what to compare across machines.\n\n"
     )
+    # The GPU check runs on a GPU machine (benchmarks/gpu_check.sh), not here: its last result is kept.
+    from gpu_check_summary import _json, markdown
+
+    sections.append(markdown(_json(HERE / "gpu_check.json")))
     args.out.write_text(header + "\n".join(sections), encoding="utf-8")
     (args.out.with_suffix(".json")).write_text(json.dumps(raw, indent=1, default=str), encoding="utf-8")
     print(f"wrote {args.out}")
