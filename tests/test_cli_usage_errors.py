@@ -74,7 +74,7 @@ def test_config_must_be_a_regular_file_of_a_sane_size(name: str, tmp_path: Path)
         path.write_text("# " + "x" * (2 << 20) + "\n")
     r = subprocess.run([sys.executable, "-m", "gpuaudit", "analyze", "--data", str(tmp_path), "--config", str(path)],
                        capture_output=True, text=True, timeout=60,
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)),
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")})
     one_error_line(r, "--config", {"dir": "is a directory", "big.toml": "larger than"}.get(name, "regular file"))
 

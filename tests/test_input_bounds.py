@@ -93,7 +93,7 @@ def test_bearer_token_file_must_be_a_regular_file_of_a_token_size(name: str, tmp
     r = subprocess.run([sys.executable, "-m", "gpuaudit", "import", "prometheus", "--url", "http://127.0.0.1:9",
                         "--data", str(tmp_path / "d"), "--bearer-token-file", str(path)],
                        capture_output=True, text=True, timeout=60,
-                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30)),
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
                        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")})
     one_error_line(r, "--bearer-token-file", "regular file" if name != "big" else "larger than")
 

@@ -203,6 +203,18 @@ class _EscapingFormatter(logging.Formatter):
         return f"gpuaudit: {level}: {printable(record.getMessage())}"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a record comes (a test runner swaps it between commands)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def log_warnings() -> None:
     """The one place warnings reach stderr: gpuaudit's loggers and Python's `warnings` (captured), through one
     escaping handler on the root logger. Set up once per process, before any command runs (the agent's
@@ -210,7 +222,7 @@ def log_warnings() -> None:
     root = logging.getLogger()
     if any(isinstance(h.formatter, _EscapingFormatter) for h in root.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(_EscapingFormatter())
     root.addHandler(handler)
     root.setLevel(logging.WARNING)

@@ -151,13 +151,23 @@ def memory_limit_bytes(text: str, total_bytes: int | None = None) -> int:
     if unit == "%":
         if not 0 < value <= 100:
             raise GpuauditError(f"--memory-limit {text!r}: a share of memory is between 0 and 100 %")
-        total = total_bytes or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        total = total_bytes or memory_total_bytes()
         n = int(total * value / 100)
     else:
         n = int(value * _UNITS[unit])
     if n < 2**20 * 16:
         raise GpuauditError(f"--memory-limit {text!r}: at least 16 MiB, DuckDB cannot run a query in less")
     return n
+
+
+def memory_total_bytes() -> int:
+    """This machine's memory, or the cgroup's limit when lower (a container: a share of the host's memory would
+    get the process OOM-killed instead of DuckDB spilling)."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(limit_file).read_text().strip()))  # "max": no limit (ValueError)
+    return total
 
 
 @contextlib.contextmanager
