@@ -17,7 +17,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-COMMAND_MAX = 256
+from gpuaudit import schema
+
+COMMAND_MAX = schema.TEXT_MAX_CHARS[schema.PROCESSES]["command"]  # the contract's bound
 
 # Slurm: v1 ".../slurm/uid_1000/job_123/step_0/task_0", v2 ".../slurmstepd.scope/job_123/step_0/...",
 # several slurmd per node: "/slurm_node01/uid_.../job_..."

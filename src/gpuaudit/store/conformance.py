@@ -228,9 +228,12 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
         elif c.name in schema.NON_NEGATIVE.get(table, ()):
             rule = (f"{c.name} negative", f"{q} >= 0")
         elif c.sql_type == "VARCHAR" and c.name not in schema.PARTITION_KEYS:
-            # Never false: measuring the text makes DuckDB decode it, and text that is not UTF-8 fails the query
-            # (which names the file), however little of the view the query reads.
-            rule = (f"{c.name} not UTF-8 text", f"length({q}) >= 0")
+            # Measuring the text makes DuckDB decode it, and text that is not UTF-8 fails the query (which names
+            # the file), however little of the view the query reads; text over the contract's bound leaves its
+            # row out (schema.TEXT_MAX_CHARS).
+            bound = schema.TEXT_MAX_CHARS[table].get(c.name)
+            rule = ((f"{c.name} longer than {bound} characters", f"length({q}) <= {bound}") if bound else
+                    (f"{c.name} not UTF-8 text", f"length({q}) >= 0"))
         else:
             rule = None
         checks = [(f"{c.name} is NaN or infinite", f"isfinite({q})", True)] if is_float else []

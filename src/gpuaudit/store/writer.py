@@ -225,13 +225,13 @@ def write_table(
             _register_input(con, data)
             _check_values(con, table, present, "_input", cast=True)
             parts = _frame_parts(data)
-            typed = schema.typed_select(table, set(present), columns=stored)
+            typed = schema.typed_select(table, set(present), columns=stored, bounded=True)
         else:
             present = _register_input(con, data)
             _check_columns(table, present)
             # A plain (not TEMP) table of this private in-memory database, so per-thread cursors see it.
             con.execute(
-                f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present))}, "
+                f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present), bounded=True)}, "
                 "CAST(timezone('UTC', ts) AS DATE) AS date FROM _input"
             )
             _check_values(con, table, present)
