@@ -314,13 +314,13 @@ def _energy(long: pl.DataFrame, state: ImportState, factor: float) -> pl.DataFra
                                        "low": pl.Float64, "carried": pl.Boolean})
         steps = pl.concat([carried.join(steps.select("gpu_uuid").unique(), on="gpu_uuid", how="semi"), steps])
     steps = steps.sort("gpu_uuid", "ts").with_columns(pl.col("last").shift(1).over("gpu_uuid").alias("prev"))
-    high = pl.coalesce(pl.col("high"), pl.col("last"))
+    highest = pl.coalesce(pl.col("high"), pl.col("last"))
     # The import's first step with samples has no value before it: the part inside the step (last - lowest).
     delta = (pl.when(pl.col("prev").is_null() & (pl.col("last") >= pl.col("low"))).then(pl.col("last") - pl.col("low"))
              .when(pl.col("prev").is_null()).then(None)
              .when(pl.col("last") >= pl.col("prev")).then(pl.col("last") - pl.col("prev"))
              # reset inside the step: the highest value before it, then the value since it
-             .when(high > pl.col("prev")).then(high - pl.col("prev") + pl.col("last"))
+             .when(highest > pl.col("prev")).then(highest - pl.col("prev") + pl.col("last"))
              .otherwise(pl.col("last")))  # reset between steps: the value is the energy since it
     steps = steps.with_columns((delta * factor).alias("gpu_energy_j"))
     for uuid, ts, value in (steps.group_by("gpu_uuid").agg(pl.col("ts").last(), pl.col("last").last())
