@@ -38,14 +38,35 @@ SOURCE_NVML = "nvml"  # duty cycle only: sm_active is null, analyzer uses duty_c
 SOURCE_PROM_DCGM = "prometheus-dcgm"  # DCGM profiling metrics (SM_ACTIVE) via Prometheus
 SOURCE_PROM_DCGM_UTIL = "prometheus-dcgm-util"  # only DCGM_FI_DEV_GPU_UTIL: upper bound like `nvml`
 SOURCE_SIMULATED = "simulated"
+# Imported rows name the exporter they came from and how SM activity was measured there:
+# prometheus-<exporter> (SM activity), prometheus-<exporter>-engine (engine-active only: gr_engine_active
+# set, sm_active NULL, an upper bound tighter than the duty cycle), prometheus-<exporter>-util (duty cycle only).
+IMPORT_EXPORTERS = ("dcgm", "jobstats", "nvidia-smi")
+MEASURED_SM, MEASURED_ENGINE, MEASURED_DUTY = "sm", "engine", "duty"
+
+
+def import_source(exporter: str, measured: str) -> str:
+    """The `source` of an imported row: which exporter, and which measurement stands for SM activity."""
+    return f"prometheus-{exporter}" + {MEASURED_SM: "", MEASURED_ENGINE: "-engine", MEASURED_DUTY: "-util"}[measured]
+
+
+IMPORT_SOURCES = tuple(import_source(e, m) for e in IMPORT_EXPORTERS
+                       for m in (MEASURED_SM, MEASURED_ENGINE, MEASURED_DUTY))
+# Engine-active only (DCGM_FI_PROF_GR_ENGINE_ACTIVE, GPM graphics activity): "engine-active, not SM activity".
+ENGINE_ACTIVE_SOURCES = tuple(import_source(e, MEASURED_ENGINE) for e in IMPORT_EXPORTERS)
 # Sources that cannot measure SM activity: their rows have sm_active NULL (the writer enforces it), and
-# readers fall back to duty_cycle there, flagged as an upper bound.
-DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, SOURCE_PROM_DCGM_UTIL)
+# readers fall back to gr_engine_active, else duty_cycle there, flagged as an upper bound.
+DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, *(import_source(e, m) for e in IMPORT_EXPORTERS
+                                          for m in (MEASURED_ENGINE, MEASURED_DUTY)))
+# The one line of dcgm-exporter's counters CSV (etc/default-counters.csv ships it commented out) that makes
+# it export SM activity.
+DCGM_SM_ACTIVE_CSV_LINE = "DCGM_FI_PROF_SM_ACTIVE, gauge, The ratio of cycles an SM has at least 1 warp assigned."
 
 # Value rules beyond the types. The writer refuses rows that break the first two; the reader (conformance.py)
 # leaves out rows that break any of them, whoever wrote the file.
 FRACTIONS = {  # must hold 0-1 (catches a producer that wrote percent), within FRACTION_TOLERANCE
-    SAMPLES: ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle", "mem_util", "gpu_fraction"),
+    SAMPLES: ("sm_active", "gr_engine_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle",
+              "mem_util", "gpu_fraction"),
     PROCESSES: ("sm_util",),
 }
 FRACTION_TOLERANCE = 0.001  # a producer's rounding, not an error
@@ -54,6 +75,21 @@ NON_NEGATIVE = {SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energ
 MAX_INTERVAL_S = 86400.0  # interval_s must be in (0, MAX_INTERVAL_S]
 TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S past the reader's "now"
 TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong clock: neither is a sample
+
+
+# The longest text each text column may hold, in characters: what real producers give, with room to spare
+# (NVML's device name buffer is 96 bytes, a Kubernetes object name 253, the agent cuts a command line at 256).
+# The writer cuts a longer value to its bound; the reader leaves out a row that holds one (a foreign file with
+# 100 MB strings would otherwise cost gigabytes of memory and a report of hundreds of MB), naming the file.
+TEXT_MAX_CHARS = {
+    SAMPLES: {"gpu_uuid": 128, "gpu_name": 256, "mig_profile": 64, "source": 64},
+    PROCESSES: {"gpu_uuid": 128, "user": 256, "job_id": 256, "k8s_namespace": 253, "k8s_pod": 253,
+                "container": 256, "command": 256},
+    # job_id: a Kubernetes namespace/pod is up to 253 + 1 + 253 characters
+    ALLOCATIONS: {"job_id": 512, "job_id_raw": 256, "user": 256, "account": 256, "partition": 256,
+                  "namespace": 253, "gpu_type": 128, "mig_profile": 64, "state": 64, "source": 64},
+}
+HOST_MAX_BYTES = 255  # the partition key lives in a directory name: one path component
 
 
 @dataclass(frozen=True)
@@ -83,6 +119,8 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
         nullable=False,
     ),
     Column("sm_active", "FLOAT", "0-1", "SM activity, interval average (GPM or DCGM); null where unmeasured"),
+    Column("gr_engine_active", "FLOAT", "0-1", "graphics engine active (DCGM GR_ENGINE_ACTIVE, GPM graphics "
+           "activity), interval average: time any SM had work, an upper bound on sm_active"),
     Column("sm_occupancy", "FLOAT", "0-1", "SM occupancy (resident warps / max), interval average"),
     Column("tensor_active", "FLOAT", "0-1", "tensor pipe activity, interval average"),
     Column("dram_active", "FLOAT", "0-1", "DRAM bandwidth utilization, interval average"),
@@ -90,12 +128,14 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
     Column("mem_util", "FLOAT", "0-1", "memory controller utilization (nvidia-smi utilization.memory)"),
     Column("mem_used_bytes", "BIGINT", "bytes", "framebuffer memory used, at the end of the interval"),
     Column("mem_total_bytes", "BIGINT", "bytes", "framebuffer memory total"),
-    Column("power_w", "FLOAT", "W", "average board power over the interval"),
-    Column("energy_j", "FLOAT", "J", "energy used in the interval"),
+    Column("power_w", "FLOAT", "W", "average board power over the interval (a MIG instance: its share of "
+           "the GPU's, the shares of a GPU's instances adding up to the GPU's once)"),
+    Column("energy_j", "FLOAT", "J", "energy used in the interval (a MIG instance: its share, as power_w)"),
     Column("temp_c", "SMALLINT", "°C", "GPU temperature at the end of the interval"),
     Column("n_processes", "SMALLINT", "", "compute processes on the GPU during the interval", nullable=False),
-    Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, prometheus-dcgm, "
-           "prometheus-dcgm-util, simulated", nullable=False),
+    Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, simulated, or an "
+           "import: prometheus-EXPORTER, its -engine or -util variant (EXPORTER: dcgm, jobstats, nvidia-smi)",
+           nullable=False),
 )
 
 PROCESS_COLUMNS: tuple[Column, ...] = (
@@ -148,14 +188,20 @@ def stored_columns(table: str) -> list[Column]:
     return [c for c in COLUMNS[table] if c.name not in PARTITION_KEYS]
 
 
-def typed_select(table: str, present: set[str] | None = None, *, columns: list[Column] | None = None) -> str:
+def typed_select(table: str, present: set[str] | None = None, *, columns: list[Column] | None = None,
+                 bounded: bool = False) -> str:
     """The SELECT list casting each contract column to its type, in contract order; a column not in
-    `present` (when given) becomes a typed NULL, so old files and partial producers still fit."""
+    `present` (when given) becomes a typed NULL, so old files and partial producers still fit. `bounded` (the
+    writer): text cut to its TEXT_MAX_CHARS bound."""
     cols = columns if columns is not None else list(COLUMNS[table])
+    bounds = TEXT_MAX_CHARS[table] if bounded else {}
     parts = []
     for c in cols:
         expr = quote_ident(c.name) if present is None or c.name in present else "NULL"
-        parts.append(f"CAST({expr} AS {c.sql_type}) AS {quote_ident(c.name)}")
+        cast = f"CAST({expr} AS {c.sql_type})"
+        if c.name in bounds and expr != "NULL":
+            cast = f"left({cast}, {bounds[c.name]})"
+        parts.append(f"{cast} AS {quote_ident(c.name)}")
     return ", ".join(parts)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from gpuaudit.analysis.result import Chargeback, Column, Table
+from gpuaudit.analysis.result import Chargeback, Table, TableColumn
 
 H = 3600.0
 KEYS = ("account", "user", "partition", "namespace")
@@ -119,14 +119,14 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
         ((billed - pl.col("real_s")).clip(lower_bound=0.0) / H).alias("idle_gpu_hours"),
     ).with_columns((pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
         ["idle_usd", by], descending=[True, False])
-    cols = (Column(by, "", f"the {by} (from the allocation, else the processes)"),
-            Column("jobs", "count", "jobs (or pods) seen"),
-            Column("allocated_gpu_hours", "GPU-h", "allocated by the scheduler in the trial window"),
-            Column("held_gpu_hours", "GPU-h", "held by the jobs' processes"),
-            Column("real_gpu_hours", "GPU-h", "SM activity"),
-            Column("efficiency", "fraction", "real ÷ max(allocated, held)"),
-            Column("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
-            Column("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the configured cloud list "
+    cols = (TableColumn(by, "", f"the {by} (from the allocation, else the processes)"),
+            TableColumn("jobs", "count", "jobs (or pods) seen"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated by the scheduler in the trial window"),
+            TableColumn("held_gpu_hours", "GPU-h", "held by the jobs' processes"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
+            TableColumn("efficiency", "fraction", "real ÷ max(allocated, held)"),
+            TableColumn("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
+            TableColumn("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the configured cloud list "
                                       "price)"))
     return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the idle part.", cols,
                  tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
@@ -157,13 +157,13 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
     ).with_columns(pl.lit("idle after an active stretch").alias("reason"),
                    (pl.col("tail_idle_s") / H).alias("idle_gpu_hours"),
                    pl.col("active_hours").cast(pl.Float64))
-    cols = (Column("job", "", "job id (Slurm JobID, or namespace/pod)"), Column("user", "", "user"),
-            Column("account", "", "account"), Column("reason", "", "why it is listed"),
-            Column("allocated_gpu_hours", "GPU-h", "allocated"), Column("held_gpu_hours", "GPU-h", "held"),
-            Column("real_gpu_hours", "GPU-h", "SM activity"),
-            Column("idle_gpu_hours", "GPU-h", "the idle part (after the active stretch for that reason)"),
-            Column("active_hours", "hours", "hours with SM activity before it went idle"),
-            Column("idle_usd", "USD", "idle GPU-hours × the configured cloud list price"))
+    cols = (TableColumn("job", "", "job id (Slurm JobID, or namespace/pod)"), TableColumn("user", "", "user"),
+            TableColumn("account", "", "account"), TableColumn("reason", "", "why it is listed"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated"), TableColumn("held_gpu_hours", "GPU-h", "held"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
+            TableColumn("idle_gpu_hours", "GPU-h", "the idle part (after the active stretch for that reason)"),
+            TableColumn("active_hours", "hours", "hours with SM activity before it went idle"),
+            TableColumn("idle_usd", "USD", "idle GPU-hours × the configured cloud list price"))
     both = pl.concat([d.select("job", "user", "account", "reason", "allocated_s", "held_s", "real_s",
                                "idle_gpu_hours", "active_hours") for d in (zero, went)])
     both = both.with_columns((pl.col("allocated_s") / H).alias("allocated_gpu_hours"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from gpuaudit.analysis.result import Column, Figure, Ledger, Table
+from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn
 
 H = 3600.0
 _GPU = ["host", "gpu_uuid", "mig_instance"]
@@ -249,12 +249,12 @@ def _per_week(g: pl.DataFrame) -> Table:
                                 pl.col("held_s").sum().truediv(H).alias("held_gpu_hours"),
                                 pl.col("productive_s").sum().truediv(H).alias("real_gpu_hours"))
           .sort("week"))
-    cols = (Column("week", "", "Monday the week starts on (UTC)"),
-            *(Column(s, "GPU-h", _DEFS[s]) for s in STATES),
-            Column("observed_gpu_hours", "GPU-h", "W"),
-            Column("allocated_gpu_hours", "GPU-h", "allocated (believed)"),
-            Column("held_gpu_hours", "GPU-h", "held by a process (R)"),
-            Column("real_gpu_hours", "GPU-h", "SM activity (S)"))
+    cols = (TableColumn("week", "", "Monday the week starts on (UTC)"),
+            *(TableColumn(s, "GPU-h", _DEFS[s]) for s in STATES),
+            TableColumn("observed_gpu_hours", "GPU-h", "W"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated (believed)"),
+            TableColumn("held_gpu_hours", "GPU-h", "held by a process (R)"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity (S)"))
     return Table("ledger_per_week", "The four-state ledger per week (stacked: they sum to W).", cols,
                  tuple(df.select([c.name for c in cols]).to_dicts()), SRC_ALLOC)
 
