@@ -141,7 +141,7 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     g = g.with_columns(pl.when(pl.col("host").is_in(list(basis_hosts))).then(pl.col("allocated_s"))
                        .otherwise(pl.col("held_s")).alias("allocated_s"))
     unmapped = float(pool["unmapped_s"].sum())  # host-hours without telemetry have no free time at all
-    inferred = float(pool["to_idle"].sum() + pool["to_busy"].sum())
+    inferred = float(pool.select(pl.col("to_idle").sum() + pl.col("to_busy").sum()).item() or 0.0)
     g = g.drop("matched_s", "free_s", "to_idle", "to_busy", "free_idle_s", "free_busy_s")
     return Mapped(_states(g), ah, unmapped, inferred, basis_hosts)
 
@@ -177,7 +177,8 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
     sums = g.select(pl.col("observed_s", "allocated_s", "active_s", "held_s", *(f"{s}_s" for s in STATES)).sum()
                     ).row(0, named=True)
     hosts_seen = set(g["host"].unique().to_list())
-    alloc_hosts = set(allocations["host"].unique().to_list()) if has_allocations(allocations) else set()
+    alloc_hosts = set(allocations["host"].unique().to_list()) if allocations is not None and allocations.height \
+        else set()
     basis = (BASIS_PROCESSES if not m.basis_hosts else
              BASIS_ALLOCATIONS if hosts_seen <= m.basis_hosts else BASIS_MIXED)
     src = SRC_ALLOC if basis != BASIS_PROCESSES else "gpu_samples (sql/analysis_rollup.sql): allocated = held"

@@ -30,7 +30,7 @@ _POLARS = {"VARCHAR": pl.String, "FLOAT": pl.Float32, "DOUBLE": pl.Float64, "TIM
 
 def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
     """Allocation rows as a frame with the contract's columns (host included, date not)."""
-    spec = {c.name: _POLARS[c.sql_type] for c in schema.COLUMNS[schema.ALLOCATIONS]}
+    spec: dict[str, Any] = {c.name: _POLARS[c.sql_type] for c in schema.COLUMNS[schema.ALLOCATIONS]}
     return pl.DataFrame(rows, schema=spec) if rows else pl.DataFrame(schema=spec)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +136,7 @@ LEDGER_LABELS = {"productive": "productive (SM active)", "held_idle": "held, SMs
                  "allocated_no_process": "allocated, no process", "unallocated": "unallocated"}
 
 
-def ledger_weekly(weeks: Sequence[str], states: dict[str, Sequence[float]]) -> str:
+def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
     """The four-state ledger per week as stacked bars (GPU-hours): productive at the bottom."""
     fig, ctx = _figure(2.6, "ledger")
     ax = fig.add_subplot()

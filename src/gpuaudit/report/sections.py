@@ -321,7 +321,7 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
         name="utilization",
         title="Believed vs real utilization",
         svg=charts.utilization_bars(_v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value,
-                                    _v(u.allocated_utilization) if scheduled else None),
+                                    _v(u.allocated_utilization) if scheduled and u.allocated_utilization else None),
         caption="Runtime hours count a GPU as used whenever a process holds it; SM active measures the share "
                 "of the GPU's streaming multiprocessors doing work."
                 + (" Allocated is what the scheduler shows: GPUs it gave to jobs, used or not." if scheduled else ""),

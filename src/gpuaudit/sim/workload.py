@@ -906,6 +906,7 @@ class LoadModel:
             running = e0 > last_s
             e0 = min(e0, last_s)
             user_i, pod_i, ns_i = int(jobs.user[j]), int(jobs.pod[j]), int(jobs.namespace[j])
+            row: dict[str, Any]
             if slurm[j]:
                 jid = str(int(jobs.job_id[j]))
                 row = {"job_id": jid, "job_id_raw": jid, "user": self.users[user_i] if user_i >= 0 else None,
