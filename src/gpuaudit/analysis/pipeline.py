@@ -112,7 +112,9 @@ def analyze_rollups(
     use = ut.utilization(roll, t)
     demand, bucket_s = ut.demand_series(roll)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
-    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
+    # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
+    el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
+    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
 
     measured = Measured(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
@@ -120,6 +122,9 @@ def analyze_rollups(
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
+        elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
+        elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
+        elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
     )
     block = cost_block(cfg, measured)
 
@@ -207,8 +212,10 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
-    ok = m.reporting > 1e-9
-    scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
+    fl = block.fleet
+    steady_rep = m.reporting - (m.elastic_reporting if fl.elastic > 0 and m.elastic_reporting is not None else 0.0)
+    ok = steady_rep > 1e-9
+    scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",

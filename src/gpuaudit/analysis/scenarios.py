@@ -69,6 +69,12 @@ class Measured:
     measured_w: float | None
     current: Deployment
     data_residency: bool = False
+    # GPUs that report only while held (elastic): their part of `held` and `reporting` per bucket, how many
+    # there were and their Σ gpu_fraction (zero when none)
+    elastic_held: np.ndarray | None = None
+    elastic_reporting: np.ndarray | None = None
+    elastic_gpus: int = 0
+    elastic_equivalents: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,15 +83,34 @@ class Fleet:
     gpus: int  # physical GPUs of the whole fleet
     existing: int  # GPUs owned today
     age_years: float  # their age
+    elastic: float = 0.0  # of `capacity`, the elastic GPUs: their demand counts as measured, never scaled
+
+    @property
+    def steady(self) -> float:
+        """The GPU equivalents whose measured demand is scaled up for the time they did not report."""
+        return max(self.capacity - self.elastic, 0.0)
+
+
+def _elastic_capacity(m: Measured) -> float:
+    """Elastic GPUs in the fleet (only a rented fleet has them: the pipeline passes none on-prem): an instance
+    exists only while it runs, so the fleet holds their peak of concurrent GPUs; a new UUID per launch must not
+    multiply it."""
+    if not m.elastic_equivalents or m.elastic_reporting is None or not m.elastic_reporting.size:
+        return 0.0
+    return float(m.elastic_reporting.max())
 
 
 def fleet(cfg: Config, m: Measured) -> Fleet:
     configured = cfg.analysis.fleet_gpus
-    gpus = configured or max(1, m.gpus_seen)
-    capacity = float(configured) if configured else max(m.gpu_equivalents, 1e-9)
+    elastic = _elastic_capacity(m)
+    steady_seen = max(m.gpu_equivalents - m.elastic_equivalents, 0.0)
+    seen = steady_seen + elastic
+    physical = m.gpus_seen - m.elastic_gpus + math.ceil(elastic - 1e-6) if m.elastic_gpus else m.gpus_seen
+    gpus = configured or max(1, physical)
+    capacity = float(configured) if configured else max(seen, 1e-9)
     owned = cfg.on_prem.owned_gpus
     existing = owned if owned >= 0 else (gpus if m.current is Deployment.ON_PREM else 0)
-    return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years)
+    return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years, min(elastic, capacity))
 
 
 def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
@@ -93,6 +118,23 @@ def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.n
     reported are dropped (unknown, not idle)."""
     ok = reporting > 1e-9
     return np.asarray(series, dtype=float)[ok] * (capacity / reporting[ok])
+
+
+def fleet_series(m: Measured, fl: Fleet, series: np.ndarray, elastic_part: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(the series scaled to the fleet, which buckets are kept). The steady GPUs' part is scaled × their
+    capacity ÷ the steady GPUs reporting (buckets where none reported are unknown: dropped); the elastic
+    GPUs' part counts as measured: a GPU that reports only while held did not exist while it was absent."""
+    x = np.asarray(series, dtype=float)
+    if fl.elastic <= 0 or elastic_part is None or m.elastic_reporting is None:
+        ok = m.reporting > 1e-9
+        return to_fleet(x, m.reporting, fl.capacity), ok
+    steady_rep = np.maximum(m.reporting - m.elastic_reporting, 0.0)
+    steady = np.maximum(x - elastic_part, 0.0)
+    if fl.steady <= 1e-9:  # every GPU elastic: nothing to scale, no bucket unknown
+        return np.asarray(elastic_part, dtype=float).copy(), np.ones(x.shape, dtype=bool)
+    ok = steady_rep > 1e-9
+    return steady[ok] * (fl.steady / steady_rep[ok]) + elastic_part[ok], ok
 
 
 @dataclass(frozen=True)
@@ -185,8 +227,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     f = tl.mean_growth(growth) if growth else 1.0
     prices = costs.cloud_prices(cfg)
     watts, power_source = costs.power_watts(cfg, m.measured_w)
-    ok = m.reporting > 1e-9
-    held = to_fleet(m.held, m.reporting, fl.capacity) * f
+    held, ok = fleet_series(m, fl, m.held, m.elastic_held)
+    held = held * f
     # Every plan, owning or renting, serves `held`: the demand the cloud bills.
     day = m.day[ok]
 
@@ -210,7 +252,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     else:
         # The instances that ran, scaled to the fleet like the demand they carry: a GPU that did not report is
         # taken to run like those that did (so held demand never exceeds what is rented).
-        running = to_fleet(m.reporting, m.reporting, fl.capacity) * f
+        running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0] * f
         bill, stay_k, mean_billed = _cloud_of(cfg, tl, running, prices)
         kept = f"; keep the {fl.existing} GPUs owned today as they are" if fl.existing else ""
         out.append(_scenario(
@@ -422,7 +464,7 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     if m.current is Deployment.ON_PREM:
         per_bucket["stay-as-is"] = costs.billable(held - plan.existing, unit)
     else:
-        running = to_fleet(m.reporting, m.reporting, fl.capacity)
+        running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0]
         per_bucket["stay-as-is"] = np.maximum(costs.billable(running, unit) - plan.stay_reserved_gpus, 0.0)
     pos = np.searchsorted(days, block.day)
     counts = np.bincount(pos, minlength=len(days)).astype(float)

@@ -401,19 +401,49 @@ def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
     d = d.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by("bucket_s").agg(
         pl.col("observed_s", "held_s", "real_s").sum()
     )
+    e = roll.elastic_demand.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by(
+        "bucket_s").agg(pl.col("observed_s").sum().alias("elastic_observed_s"),
+                        pl.col("held_s").sum().alias("elastic_held_s"))
     lo, hi = float(d["bucket_s"].min()), float(d["bucket_s"].max())
     grid = pl.DataFrame({"bucket_s": [lo + i * bucket for i in range(round((hi - lo) / bucket) + 1)]})
-    d = grid.join(d, on="bucket_s", how="left").fill_null(0.0)
+    d = grid.join(d, on="bucket_s", how="left").join(e.cast({"bucket_s": pl.Float64}), on="bucket_s",
+                                                         how="left").fill_null(0.0)
     return d.select(
         "bucket_s",
         (pl.col("held_s") / bucket).alias("gpus_held"),
         (pl.col("real_s") / bucket).alias("gpus_in_use"),
         (pl.col("observed_s") / bucket).alias("gpus_reporting"),
+        # the elastic GPUs' part of gpus_held and gpus_reporting (sql/analysis_demand_elastic.sql)
+        (pl.col("elastic_held_s") / bucket).alias("elastic_gpus_held"),
+        (pl.col("elastic_observed_s") / bucket).alias("elastic_gpus_reporting"),
     ).sort("bucket_s"), bucket
 
 
-def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) -> DataQuality:
+@dataclass(frozen=True)
+class Elastic:
+    """GPUs that report only while held (sql/analysis_elastic_gpus.sql): their absent time is not a gap."""
+
+    uuids: frozenset[str]
+    gpus: int  # distinct physical GPUs among them
+    equivalents: float  # Σ gpu_fraction of the elastic GPUs (MIG slices) seen
+    peak: float  # the most elastic GPU equivalents reporting at once (one demand bucket)
+    observed_gpu_hours: float
+
+
+NO_ELASTIC = Elastic(frozenset(), 0, 0.0, 0.0, 0.0)
+
+
+def elastic(roll: Rollups, demand: pl.DataFrame) -> Elastic:
+    e = roll.elastic_gpus
+    peak = float(demand["elastic_gpus_reporting"].max() or 0.0) if demand.height else 0.0
+    return Elastic(frozenset(e["gpu_uuid"].to_list()), int(e["gpu_uuid"].n_unique()),
+                   float(e["gpu_fraction"].sum() or 0.0), peak, float(e["observed_s"].sum() or 0.0) / H)
+
+
+def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
+                 el: Elastic | None = None) -> DataQuality:
     g = roll.gpu_hours
+    el = el or NO_ELASTIC
     start, end = tr.start.timestamp(), tr.end.timestamp()
     window_hours = math.floor((end - 1e-3) / H) - math.floor(start / H) + 1
     stop_after = cfg.analysis.stopped_reporting_after_hours * H
@@ -428,8 +458,11 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         .with_columns(
             _gpu_label(),
             (pl.col("observed_hours") / (t.trial_hours if t.trial_hours > 0 else 1.0)).alias("coverage"),
-            (pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
-            (pl.col("last_s") < end - stop_after).alias("stopped_reporting"),
+            # an elastic GPU's absent time is capacity that did not exist, not a gap
+            pl.when(pl.col("gpu_uuid").is_in(list(el.uuids))).then(0).otherwise(
+                pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
+            ((pl.col("last_s") < end - stop_after) & ~pl.col("gpu_uuid").is_in(list(el.uuids)))
+            .alias("stopped_reporting"),
             pl.from_epoch(pl.col("first_s"), "s").dt.replace_time_zone("UTC").alias("first_sample"),
             pl.from_epoch(pl.col("last_s"), "s").dt.replace_time_zone("UTC").alias("last_sample"),
         )
@@ -438,6 +471,11 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
     capacity = cfg.analysis.fleet_gpus or t.gpu_equivalents  # the whole fleet when it is configured
     coverage = t.w / (capacity * t.trial_hours) if t.trial_hours > 0 else 0.0
+    if el.equivalents > 0:  # over the steady GPUs only: elastic ones are covered whenever they exist
+        seen = t.gpu_equivalents - el.equivalents
+        capacity = max(cfg.analysis.fleet_gpus - el.peak, seen) if cfg.analysis.fleet_gpus else seen
+        w = t.w - el.observed_gpu_hours
+        coverage = w / (capacity * t.trial_hours) if capacity > 1e-9 and t.trial_hours > 0 else 1.0
     gap_hours = float(per["gap_hours"].sum())
     warnings = []
     if tr.provisional:
@@ -453,7 +491,7 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     if stopped:
         warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
     if coverage < 0.9:
-        seen_share = t.gpu_equivalents / capacity if capacity > 0 else 1.0
+        seen_share = (t.gpu_equivalents - el.equivalents) / capacity if capacity > 0 else 1.0
         if seen_share < 0.999:  # the configured fleet is larger than what reported: not (only) gaps
             warnings.append(f"coverage is {coverage:.0%}: {t.gpu_equivalents:,.0f} of the {capacity:,.0f} fleet GPUs "
                             "reported (the rest had no agent, assumed to look like those that did)"
