@@ -32,8 +32,8 @@ RSS_TARGET_MB = 64.0
 
 POLLER = r"""
 import sys, time
-from gpuaudit import fakenvml
-from gpuaudit.agent.simulation import static_load
+from gpuaudit.sim import fakenvml
+from gpuaudit.sim.agentfake import static_load
 interval = float(sys.argv[1]); out = open(sys.argv[2], "w")
 nv = fakenvml.FakeNvml(fakenvml.profile("h100", 8), static_load(8), resolution_s=min(1.0, interval / 2))
 nv.nvmlInit()
@@ -103,10 +103,10 @@ def _measure(work: Path, interval_s: float, window_s: float, flush_s: float) -> 
 
 def _sample_cost_ms(quick: bool) -> tuple[float, float]:
     """CPU ms for one interval of 8 GPUs in-process (sampler only), and a point poll of the same GPUs."""
-    from gpuaudit import fakenvml
+    from gpuaudit.agent.nvml import Nvml
     from gpuaudit.agent.sampler import Sampler
-    from gpuaudit.agent.simulation import static_load
-    from gpuaudit.nvml import Nvml
+    from gpuaudit.sim import fakenvml
+    from gpuaudit.sim.agentfake import static_load
 
     clock = [1_000_000.0]
     fake = fakenvml.FakeNvml(fakenvml.profile("h100", N_GPUS), static_load(N_GPUS), clock=lambda: clock[0])

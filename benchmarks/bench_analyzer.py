@@ -73,7 +73,7 @@ def _report(root: str) -> dict[str, Any]:
 
 
 def _stage1(root: str) -> dict[str, Any]:
-    from gpuaudit.analysis.rollup import load_rollups
+    from gpuaudit.analysis.stage1.rollup import load_rollups
 
     roll = load_rollups(root)
     return {"rows": roll.gpu_hours.height}
@@ -128,7 +128,7 @@ PRELOAD = {
     "analyze": ("gpuaudit.analysis.pipeline", "numpy", "polars", "duckdb"),
     "report": ("gpuaudit.report.pipeline", "gpuaudit.report.render", "gpuaudit.report.charts",
                "gpuaudit.analysis.pipeline", "matplotlib.pyplot", "numpy", "polars", "duckdb"),
-    "stage1": ("gpuaudit.analysis.rollup", "polars", "duckdb"),
+    "stage1": ("gpuaudit.analysis.stage1.rollup", "polars", "duckdb"),
     "floor": ("gpuaudit.store", "polars", "duckdb"),
     "floor_samples": ("gpuaudit.store", "polars", "duckdb"),
     "pandas": ("pandas", "pyarrow.parquet"),
@@ -181,7 +181,7 @@ def _fig(figure: str, value: float, unit: str, baseline: str | None = None, base
 
 
 def run(work: Path, quick: bool) -> list[dict[str, Any]]:
-    from gpuaudit.simulate import simulate
+    from gpuaudit.sim.bulk import simulate
 
     sizes = QUICK_SIZES if quick else FULL_SIZES
     interval_s = QUICK_INTERVAL_S if quick else FULL_INTERVAL_S

@@ -31,7 +31,7 @@ TARGET_B = 8.0
 _CHILD = """
 import json, resource, sys, time
 from datetime import datetime, UTC
-from gpuaudit.simulate import simulate
+from gpuaudit.sim.bulk import simulate
 a = json.loads(sys.argv[1])
 t0 = time.perf_counter()
 s = simulate(a["root"], a["scenario"], a["gpus"], a["days"], a["interval"], a["seed"],
@@ -105,7 +105,7 @@ def _simulate(root: Path, scenario: str, gpus: int, days: float, interval: float
 def _per_row_baseline(scenario: str, gpus: int, days: float, interval: float, steps: int) -> float:
     """Rows/s of a per-timestamp Python generator (LoadModel.at): values only, nothing written. The same
     fleet as the timed command: its seed and default start."""
-    from gpuaudit.workload import default_start, load_model
+    from gpuaudit.sim.workload import default_start, load_model
 
     model = load_model(scenario, gpus, seed=FLEET_SEED, start=default_start(days), days=days)
     t0 = time.perf_counter()
@@ -170,7 +170,7 @@ def _fig(figure: str, value: float, unit: str, baseline: str | None = None, base
 
 
 def run(work: Path, quick: bool) -> list[dict]:
-    from gpuaudit.workload import SCENARIOS
+    from gpuaudit.sim.workload import SCENARIOS
 
     figures = []
     gpus, days = (16, 3) if quick else (128, 90)

@@ -2,8 +2,8 @@
 
 - the dataset: written by `gpuaudit simulate` (the `mixed` scenario at 10 s; `--rows`, default 100 M:
   128 GPUs x 90 days), or an existing one (`--data DIR`, e.g. the fleet benchmark's);
-- DuckDB: `gpuaudit.analysis.rollup.load_rollups` (the default engine) in a fresh child process;
-- Spark: `gpuaudit.analysis.spark.load_rollups` in a fresh child process on a local session (`local[*]`, the
+- DuckDB: `gpuaudit.analysis.stage1.rollup.load_rollups` (the default engine) in a fresh child process;
+- Spark: `gpuaudit.analysis.stage1.spark.load_rollups` in a fresh child process on a local session (`local[*]`, the
   driver's memory from --driver-memory), session start timed apart;
 - agreement: every column of the three rollup frames (gpu_hours, demand, holders), rows matched on their
   non-float columns, floats compared by relative difference (target <= 1e-6: float32 products where one engine
@@ -71,7 +71,7 @@ def _child(engine: str, root: str, out: str) -> None:
         figures["cores"] = session.sparkContext.defaultParallelism
         load = spark.load_rollups
     else:
-        from gpuaudit.analysis.rollup import load_rollups as load
+        from gpuaudit.analysis.stage1.rollup import load_rollups as load
     t0 = time.perf_counter()
     roll = load(root)
     figures["seconds"] = time.perf_counter() - t0

@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuaudit import fakenvml
+from gpuaudit.agent.nvml import Nvml
 from gpuaudit.agent.sampler import Sampler
-from gpuaudit.nvml import Nvml
+from gpuaudit.sim import fakenvml
 
 
 class ManualClock:

@@ -104,7 +104,7 @@ def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | Non
     enough for property tests."""
     import duckdb
 
-    from gpuaudit.analysis.rollup import rollups_from
+    from gpuaudit.analysis.stage1.rollup import rollups_from
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")

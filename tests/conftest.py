@@ -12,7 +12,7 @@ from tests.collection_helpers import Node
 from tests.s3_helpers import S3Server, moto_s3
 
 from gpuaudit import schema, store
-from gpuaudit import simulate as sim
+from gpuaudit.sim import bulk as sim
 
 
 @pytest.fixture(scope="module")

@@ -313,7 +313,7 @@ def write_fixed_dataset(root: Path, *, days: int = 14, interval_s: int = 900, ho
 def simulate_small(root: Path, scenario: str, *, gpus: int = 16, days: float = 4, interval_s: float = 900,
                    seed: int = 3) -> None:
     """A small simulated trial (seconds to write), through the real simulator and store."""
-    from gpuaudit.simulate import simulate
+    from gpuaudit.sim.bulk import simulate
 
     simulate(root, scenario, gpus=gpus, days=days, interval_s=interval_s, seed=seed)
 

@@ -64,7 +64,7 @@ def _nasty_dataset(root: Path, n: int = 120) -> None:
 
 # --- 4. control characters from data never reach the terminal raw -------------------------------------------
 def test_printable_escapes_controls_and_keeps_text() -> None:
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     assert printable("plain ascii, Ünïcødé, 数据, 🙂") == "plain ascii, Ünïcødé, 数据, 🙂"
     assert printable("a\x1b[31mb") == "a\\x1b[31mb"
@@ -339,7 +339,7 @@ def test_one_agent_per_host_and_directory(tmp_path: Path, agents: list) -> None:
 def test_json_outputs_never_hold_nan_or_infinity(tmp_path: Path) -> None:
     import numpy as np
 
-    from gpuaudit.jsonout import dumps
+    from gpuaudit.util.jsonio import dumps
 
     doc = {"a": float("nan"), "b": [float("inf"), np.float32("-inf"), np.float64("nan"), 1.5], "c": {"d": 2}}
     assert _strict_json(dumps(doc)) == {"a": None, "b": [None, None, None, 1.5], "c": {"d": 2}}

@@ -141,7 +141,7 @@ def test_gpuaudit_sql_sees_the_same_de_duplicated_streams(tmp_path: Path) -> Non
 
     from tests.helpers import run_cli
 
-    from gpuaudit.analysis.rollup import load_rollups
+    from gpuaudit.analysis.stage1.rollup import load_rollups
 
     busy = lambda i: (i % 60) < 30  # noqa: E731
     rows = gpu_rows("n1", "GPU-a", 6 * 60, interval_s=60, sm=lambda i: 0.8 if busy(i) else 0.0,

@@ -18,7 +18,8 @@ from tests.helpers import run_cli
 from tests.test_adversarial_store import _fragmented, count, raw_file
 from tests.test_store import samples_frame
 
-from gpuaudit import jsonfile, schema, store
+from gpuaudit import schema, store
+from gpuaudit.util import jsonio
 
 DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
 
@@ -147,10 +148,10 @@ def test_read_json_file_turns_every_failure_into_value_error(tmp_path: Path) -> 
         f = tmp_path / f"{i}.json"
         f.write_bytes(content)
         with pytest.raises(ValueError):
-            jsonfile.read_json_file(f)
+            jsonio.read_json_file(f)
     with pytest.raises(OSError):
-        jsonfile.read_json_file(tmp_path / "missing.json")
-    assert jsonfile.loads(b'{"a": [1]}') == {"a": [1]}
+        jsonio.read_json_file(tmp_path / "missing.json")
+    assert jsonio.loads(b'{"a": [1]}') == {"a": [1]}
 
 
 def test_deeply_nested_json_files_are_malformed_not_a_crash(tmp_path: Path) -> None:

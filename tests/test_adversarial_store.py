@@ -24,8 +24,9 @@ from tests.analysis_helpers import T0, gpu_rows, proc_rows, write
 from tests.helpers import run_cli
 from tests.test_store import samples_frame
 
-from gpuaudit import schema, sqlquery, store
+from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
+from gpuaudit.store import sqlquery
 
 
 def snapshot(*dirs: Path) -> dict[str, bytes]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.agent_helpers import make_sampler
 
-from gpuaudit import fakenvml
 from gpuaudit.agent.buffer import Flusher, RowBuffer, store_writer
+from gpuaudit.sim import fakenvml
 from gpuaudit.store import open_dataset
 
 LOAD = [(0.0, fakenvml.Load(sm_active=0.3, processes=[fakenvml.ProcLoad(pid=7, sm_util=0.3)]))]
@@ -104,8 +104,8 @@ def test_running_agent_never_imports_polars_or_pyarrow(tmp_path: Path) -> None:
     code = (
         "import sys; from pathlib import Path\n"
         "from gpuaudit.agent.runner import Agent, AgentConfig\n"
-        "from gpuaudit.agent.simulation import build_fake\n"
-        "from gpuaudit.nvml import Nvml\n"
+        "from gpuaudit.sim.agentfake import build_fake\n"
+        "from gpuaudit.agent.nvml import Nvml\n"
         "fake = build_fake('static', n_gpus=2, interval_s=0.1)\n"
         f"cfg = AgentConfig(root=Path({str(tmp_path)!r}), host='h', interval_s=0.1, flush_interval_s=0.2, "
         "duration_s=0.6, fork_writer=False)\n"

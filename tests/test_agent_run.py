@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from tests.helpers import REPO, run_cli
 
-from gpuaudit import fakenvml
+from gpuaudit.agent.nvml import Nvml
 from gpuaudit.agent.runner import Agent, AgentConfig, Stamper
-from gpuaudit.agent.simulation import build_fake, static_load
 from gpuaudit.errors import GpuauditError
-from gpuaudit.nvml import Nvml
+from gpuaudit.sim import fakenvml
+from gpuaudit.sim.agentfake import build_fake, static_load
 from gpuaudit.store import open_dataset, read_json
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from tests.agent_helpers import make_sampler, scaled
 
-from gpuaudit import fakenvml
+from gpuaudit.sim import fakenvml
 
 GIB = 1024**3
 TS = datetime(2026, 1, 1, tzinfo=UTC)

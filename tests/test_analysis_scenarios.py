@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tests.helpers import run_cli
 
-from gpuaudit import simulate as sim
+from gpuaudit.sim import bulk as sim
+from gpuaudit.sim.workload import SCENARIOS
 from gpuaudit.store import read_json
-from gpuaudit.workload import SCENARIOS
 
 START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
 # (GPUs, days, interval_s): small and coarse to stay fast, large enough for the truth to show (the same

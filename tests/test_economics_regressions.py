@@ -11,10 +11,10 @@ import pytest
 from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
 
 from gpuaudit import schema
-from gpuaudit import simulate as sim
 from gpuaudit.analysis import analyze, analyze_rollups
 from gpuaudit.analysis.config import load_config
 from gpuaudit.report.sections import build_report
+from gpuaudit.sim import bulk as sim
 
 START = dt.datetime(2026, 9, 7, tzinfo=dt.UTC)
 

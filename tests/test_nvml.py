@@ -11,8 +11,8 @@ import pytest
 from tests.agent_helpers import ManualClock, step_load
 from tests.helpers import run_cli
 
-from gpuaudit import fakenvml
-from gpuaudit.nvml import DeviceFault, DriverGone, GpmBuffers, Nvml, NvmlUnavailable
+from gpuaudit.agent.nvml import DeviceFault, DriverGone, GpmBuffers, Nvml, NvmlUnavailable
+from gpuaudit.sim import fakenvml
 
 
 def _nvml(profile: str, n_gpus: int = 2, **kw) -> tuple[Nvml, fakenvml.FakeNvml, ManualClock]:
@@ -22,7 +22,7 @@ def _nvml(profile: str, n_gpus: int = 2, **kw) -> tuple[Nvml, fakenvml.FakeNvml,
 
 
 def test_import_does_not_load_pynvml() -> None:
-    code = ("import sys, gpuaudit.nvml, gpuaudit.agent.runner, gpuaudit.cli.agent; "
+    code = ("import sys, gpuaudit.agent.nvml, gpuaudit.agent.runner, gpuaudit.cli.agent; "
             "bad = [m for m in ('pynvml', 'polars', 'pyarrow') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -129,7 +129,7 @@ def _called_names() -> set[str]:
     from pathlib import Path
 
     src = Path(__file__).resolve().parents[1] / "src" / "gpuaudit"
-    text = "".join(p.read_text() for p in [src / "nvml.py", *sorted((src / "agent").glob("*.py"))])
+    text = "".join(p.read_text() for p in sorted((src / "agent").glob("*.py")))
     return set(re.findall(r'"(nvml[A-Z][A-Za-z0-9_]+)"', text))
 
 
@@ -156,10 +156,10 @@ def test_every_constant_the_agent_uses_exists_in_real_pynvml() -> None:
     import re
     from pathlib import Path
 
-    from gpuaudit.nvml import GPM_METRICS
+    from gpuaudit.agent.nvml import GPM_METRICS
 
     src = Path(__file__).resolve().parents[1] / "src" / "gpuaudit"
-    text = "".join(p.read_text() for p in [src / "nvml.py", *sorted((src / "agent").glob("*.py"))])
+    text = "".join(p.read_text() for p in sorted((src / "agent").glob("*.py")))
     names = set(re.findall(r'"(NVML_[A-Z0-9_]+)"', text)) | set(GPM_METRICS.values())
     assert "NVML_GPU_UTILIZATION_SAMPLES" in names
     assert [n for n in sorted(names) if not hasattr(pynvml, n)] == []

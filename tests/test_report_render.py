@@ -79,7 +79,7 @@ def test_number_formats() -> None:
 
 
 def test_templates_ship_in_the_package() -> None:
-    from gpuaudit.resources import templates_dir
+    from gpuaudit.util.resources import templates_dir
 
     names = {p.name for p in templates_dir().iterdir()}
     assert {"report.html.j2", "report.md.j2"} <= names

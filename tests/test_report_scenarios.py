@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.workload import SCENARIOS
+from gpuaudit.sim.workload import SCENARIOS
 from report_helpers import simulate_small
 
 

@@ -10,10 +10,10 @@ import pytest
 from tests.helpers import run_cli
 
 from gpuaudit import schema
-from gpuaudit import simulate as sim
 from gpuaudit.errors import GpuauditError
+from gpuaudit.sim import bulk as sim
+from gpuaudit.sim.workload import SCENARIOS, load_model
 from gpuaudit.store import open_dataset, read_json, write_table
-from gpuaudit.workload import SCENARIOS, load_model
 
 START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
 

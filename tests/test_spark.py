@@ -22,7 +22,7 @@ from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, write
 from tests.helpers import REPO, in_ci, require_binary
 
 from gpuaudit import schema
-from gpuaudit.analysis.rollup import load_rollups
+from gpuaudit.analysis.stage1.rollup import load_rollups
 from gpuaudit.errors import GpuauditError
 
 pytestmark = pytest.mark.spark
@@ -49,7 +49,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The local session `gpuaudit analyze --engine spark` starts; the commands below find it and reuse it. Its
     JVM starts in an empty directory, `spark.workdir`: relative paths (the README's) resolve there."""
     require_spark()
-    from gpuaudit.analysis.spark import session
+    from gpuaudit.analysis.stage1.spark import session
 
     workdir = tmp_path_factory.mktemp("spark-cwd")
     with pytest.MonkeyPatch.context() as mp:
@@ -65,7 +65,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small simulated fleet, plus what real data has and the simulator does not: timestamps off the whole
     second (on and across bucket boundaries), MIG slices, a duty-cycle-only source, the same GPU reported by two
     hosts (de-duplication), host names that need decoding, processes without a user."""
-    from gpuaudit.simulate import simulate
+    from gpuaudit.sim.bulk import simulate
 
     root = tmp_path_factory.mktemp("spark") / "data"
     simulate(root, "mixed", gpus=8, days=2, interval_s=300, seed=3, start=T0)
@@ -137,7 +137,7 @@ def test_spark_engine_gives_what_duckdb_gives(spark: Any, dataset: Path, tmp_pat
     and the README's Spark snippet works as written."""
     from typer.testing import CliRunner
 
-    from gpuaudit.analysis.spark import load_rollups as spark_rollups
+    from gpuaudit.analysis.stage1.spark import load_rollups as spark_rollups
     from gpuaudit.cli import app
 
     # 1. The rollup frames: same columns and types, same rows, every value.
@@ -189,8 +189,8 @@ def test_spark_engine_gives_what_duckdb_gives(spark: Any, dataset: Path, tmp_pat
 
 def test_spark_sql_keeps_what_duckdb_means() -> None:
     pytest.importorskip("sqlglot")  # no JVM needed
-    from gpuaudit.analysis.spark import load_rollups as spark_rollups
-    from gpuaudit.analysis.spark import spark_sql
+    from gpuaudit.analysis.stage1.spark import load_rollups as spark_rollups
+    from gpuaudit.analysis.stage1.spark import spark_sql
 
     sql = spark_sql("SELECT epoch(ts) AS s, to_timestamp(floor(epoch(ts) / 3600) * 3600) AS h FROM samples")
     # epoch() keeps the microseconds in DuckDB; Spark's unix_timestamp would drop them

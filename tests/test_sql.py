@@ -115,7 +115,7 @@ def test_compact_command(data: Path) -> None:
 def test_canned_stage_one_queries_run_in_gpuaudit_sql(data: Path) -> None:
     """sql/analysis_rollup.sql and analysis_demand.sql read the de-duplicating view `gpu_streams`: the same totals
     as the analyzer's rollup."""
-    from gpuaudit.analysis.rollup import load_rollups
+    from gpuaudit.analysis.stage1.rollup import load_rollups
 
     roll = load_rollups(data)
     for name, frame in (("analysis_rollup", roll.gpu_hours), ("analysis_demand", roll.demand)):

@@ -217,7 +217,7 @@ def test_writer_killed_mid_file_leaves_no_partial_file(tmp_path: Path) -> None:
         proc.wait()
     visible = list((tmp_path / schema.SAMPLES).rglob("*.parquet"))
     for f in visible:
-        assert store._parquet_problem(f) is None, f
+        assert store.parquet_problem(f) is None, f
     ds = store.open_dataset(tmp_path)
     assert ds.skipped == []
     # Whole files only: each holds exactly one complete UTC day of the writer's 400,000 one-second rows.

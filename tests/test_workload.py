@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.workload import (
+from gpuaudit.sim.workload import (
     GPU_MEM_TOTAL_BYTES,
     SCENARIOS,
     TDP_W,

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from gpuaudit.textsafe import printable
+from gpuaudit.util.textsafe import printable
 
 logger = logging.getLogger("gpuaudit.agent")
 

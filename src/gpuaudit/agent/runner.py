@@ -30,10 +30,10 @@ from gpuaudit import __version__
 from gpuaudit.agent import instance
 from gpuaudit.agent.buffer import Flusher, RowBuffer, Writer, store_writer
 from gpuaudit.agent.log import event
+from gpuaudit.agent.nvml import DriverGone, Nvml
 from gpuaudit.agent.procinfo import Attributor, ProcAttributor
 from gpuaudit.agent.sampler import Sampler
 from gpuaudit.errors import GpuauditError
-from gpuaudit.nvml import DriverGone, Nvml
 
 REINIT_MIN_S = 1.0
 REINIT_MAX_S = 60.0

@@ -18,8 +18,8 @@ from typing import Any
 
 from gpuaudit import schema
 from gpuaudit.agent.log import event
+from gpuaudit.agent.nvml import GPM_METRICS, DeviceFault, GpmBuffers, Nvml
 from gpuaudit.agent.procinfo import Attributor
-from gpuaudit.nvml import GPM_METRICS, DeviceFault, GpmBuffers, Nvml
 
 LOST_RETRY_MIN_S = 30.0
 LOST_RETRY_MAX_S = 600.0

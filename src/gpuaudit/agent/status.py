@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.agent.instance import liveness
+from gpuaudit.agent.nvml import DriverGone, Nvml, NvmlUnavailable
 from gpuaudit.agent.runner import status_name
 from gpuaudit.agent.sampler import Sampler
-from gpuaudit.nvml import DriverGone, Nvml, NvmlUnavailable
-from gpuaudit.textsafe import printable
+from gpuaudit.util.textsafe import printable
 
 PROBE_S = 0.5  # one short interval, so the probe can tell which fields this GPU really gives
 

@@ -92,9 +92,9 @@ class Uploader:
 
 def check_target(root: Path, url: str) -> None:
     """Refuse an --upload target that cannot work, at start rather than at the first flush."""
-    from gpuaudit import remote
     from gpuaudit.cli._common import collection_target
     from gpuaudit.errors import GpuauditError
+    from gpuaudit.store import remote
 
     url = collection_target(url, "--upload")  # a malformed URL or an unknown user's `~`: refused here
     if remote.as_url(url):

@@ -30,7 +30,6 @@ from gpuaudit.analysis.result import (
     Sensitivity,
     Table,
 )
-from gpuaudit.analysis.rollup import Rollups, load_rollups
 from gpuaudit.analysis.scenarios import (
     OWNING,
     CostBlock,
@@ -41,6 +40,7 @@ from gpuaudit.analysis.scenarios import (
     tornado,
     with_egress,
 )
+from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
 from gpuaudit.errors import GpuauditError
 
 ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
@@ -59,12 +59,12 @@ def analyze(
     engine: str = "duckdb",
 ) -> AnalysisResult:
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
-    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.spark); same rollups."""
+    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups."""
     if engine not in ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     cfg = config or load_config()
     if engine == "spark":
-        from gpuaudit.analysis.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
+        from gpuaudit.analysis.stage1.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
 
         roll = load_spark_rollups(root)
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuaudit.analysis.result import AnalysisResult
-from gpuaudit.textsafe import printable
+from gpuaudit.util.textsafe import printable
 
 
 def _pct(x: float | None) -> str:

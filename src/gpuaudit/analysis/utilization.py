@@ -18,7 +18,7 @@ from gpuaudit.analysis.result import (
     Trial,
     Utilization,
 )
-from gpuaudit.analysis.rollup import DEMAND_BUCKET_S, Rollups
+from gpuaudit.analysis.stage1.rollup import DEMAND_BUCKET_S, Rollups
 from gpuaudit.errors import NoDataError
 
 H = 3600.0

@@ -64,8 +64,7 @@ def data_path(value: Path | None) -> Path:
 
 def data_source(value: Path | None) -> Path | str:
     """The dataset a reading command reads: a local directory, or an s3://bucket/prefix URL."""
-    from gpuaudit import remote
-    from gpuaudit.store import data_root
+    from gpuaudit.store import data_root, remote
 
     root = data_root(value)
     return remote.as_url(root) or root
@@ -106,7 +105,7 @@ def local_path(value: Path | str, option: str, what: str = "a local path") -> Pa
 def collection_target(value: str, option: str) -> str:
     """A push / upload target: `s3://bucket[/prefix]` (normalized), or a local directory (`~` expanded). Any other
     URL, and `s3:` without `//`, is a one-line error rather than a local folder named after it."""
-    from gpuaudit import remote
+    from gpuaudit.store import remote
 
     if _URL.match(value):
         try:
@@ -122,7 +121,7 @@ def collection_target(value: str, option: str) -> str:
 
 
 def fail(message: str, code: int = 2) -> None:
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     # Messages echo data (paths, names, server answers): escaped, so they stay one visible line.
     typer.echo(f"gpuaudit: error: {printable(message)}", err=True)

@@ -32,11 +32,11 @@ HostOption = typer.Option(None, "--host", help="Host name to record (default: th
 
 
 def _nvml(simulate: str | None, hardware: str, gpus: int, seed: int, interval_s: float, host: str):
-    from gpuaudit.nvml import Nvml
+    from gpuaudit.agent.nvml import Nvml
 
     if simulate is None:
         return Nvml(), None
-    from gpuaudit.agent.simulation import build_fake
+    from gpuaudit.sim.agentfake import build_fake
 
     fake = build_fake(simulate, n_gpus=gpus, hardware=hardware, seed=seed, interval_s=interval_s, host=host)
     return Nvml(fake), fake
@@ -69,9 +69,9 @@ def run(
 ) -> None:
     """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM; SIGHUP
     flushes now). One agent per host and data directory."""
-    from gpuaudit import remote
     from gpuaudit.agent import log
     from gpuaudit.agent.runner import Agent, AgentConfig
+    from gpuaudit.store import remote
 
     log.setup(verbose)
     if remote.as_url(data):
@@ -111,7 +111,7 @@ def status(
     (its pid and start time are checked, not just its last flush), and its last flush.
     Exit status: 0 NVML works and the agent runs; 1 NVML unusable; 3 the agent is not running."""
     from gpuaudit.agent.status import collect, exit_code, render
-    from gpuaudit.jsonout import dumps
+    from gpuaudit.util.jsonio import dumps
 
     host = host or socket.gethostname()
     nvml, _ = _nvml(simulate, simulate_hardware, simulate_gpus, 0, 1.0, host)

@@ -65,7 +65,7 @@ def prometheus(
     from gpuaudit.importer.promclient import transport
     from gpuaudit.importer.prometheus import import_prometheus
     from gpuaudit.importer.timespec import parse_step_s, parse_time
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     if bearer_token_file is not None:
         bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")

@@ -12,7 +12,7 @@ from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, handle_errors
 from gpuaudit.errors import GpuauditError
 
-# Kept here (not imported from gpuaudit.workload) so `--help` stays cheap; a test checks they match.
+# Kept here (not imported from gpuaudit.sim.workload) so `--help` stays cheap; a test checks they match.
 SCENARIO_HELP = (
     "phantom (runtime ~60 %, real ~23 %), idle-cluster (16 nodes x 8 GPUs at ~12 %), "
     "steady-training (~95 % around the clock), bursty-agents (20 <-> 200 GPUs within minutes), "
@@ -59,8 +59,8 @@ def simulate_cmd(
 
     Example: gpuaudit simulate --scenario phantom --gpus 64 --days 14 --interval 60 --data ./trial
     """
-    from gpuaudit import simulate as sim
-    from gpuaudit.workload import SCENARIOS
+    from gpuaudit.sim import bulk as sim
+    from gpuaudit.sim.workload import SCENARIOS
 
     if list_:
         for sc in SCENARIOS.values():

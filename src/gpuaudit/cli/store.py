@@ -14,7 +14,7 @@ from gpuaudit.cli._common import DataOption, data_path, data_source, expand_path
 def _warn_to_stderr() -> None:
     """Store warnings (skipped files) as `gpuaudit: warning: ...` lines; file names come from the data, so control
     characters in them are shown escaped."""
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     class _Printable(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
@@ -44,7 +44,9 @@ def sql(
     Examples: gpuaudit sql "SELECT host, count(*) FROM samples GROUP BY host";
     gpuaudit sql --file sql/fleet_summary.sql --format json.
     """
-    from gpuaudit import resources, sqlquery, store
+    from gpuaudit import store
+    from gpuaudit.store import sqlquery
+    from gpuaudit.util import resources
 
     _warn_to_stderr()
     if list_queries:
@@ -54,7 +56,11 @@ def sql(
     root = data_source(data)
     if not store.dataset_exists(root):
         fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
-    ds = store.open_dataset(root, strict=True)  # the connection can read the dataset's files, nothing else
+    from gpuaudit.analysis.stage1.streams import streams_views
+
+    # The connection can read the dataset's files, nothing else. It also sees the analyzer's de-duplicated
+    # streams, so the canned stage-1 queries run as they are (the analyzer materializes the same SQL as a table).
+    ds = store.open_dataset(root, strict=True, views=streams_views())
     if views:
         typer.echo(ds.view_sql(), nl=False)
         return
@@ -73,7 +79,7 @@ def sql(
 
 
 def _read_query_file(file: Path) -> str:
-    from gpuaudit import resources
+    from gpuaudit.util import resources
 
     file = expand_path(file, "--file")
     if file.exists() and not file.is_dir():  # a regular file, or a device or pipe (/dev/stdin, /dev/null)

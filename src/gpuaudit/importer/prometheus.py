@@ -19,7 +19,6 @@ importer's file into). Importing the same or an overlapping window again therefo
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -41,6 +40,8 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.mapping import AVG, INCREASE, LAST, Mapping, gpu_fraction
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.timespec import align_down
+from gpuaudit.store import journal, writer
+from gpuaudit.util import atomic
 
 log = logging.getLogger("gpuaudit.importer")
 
@@ -584,14 +585,14 @@ def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
             part.mkdir(parents=True, exist_ok=True)
             con = store.connect()
             try:
-                store._copy_to(con, schema.empty_select(table, stored_only=True), new)
+                writer.copy_to(con, schema.empty_select(table, stored_only=True), new)
             finally:
                 con.close()
-            store._fsync(new)
+            atomic.fsync(new)
             result.files.append(root / new.relative_to(changes.stage))
-        record = part / f"{store.JOURNAL_PREFIX}{uuid4().hex[:8]}.json"
-        record.write_text(json.dumps({"new": new.name, "old": sorted(old)}), encoding="utf-8")
-        store._fsync(record)
+        record = part / journal.record_name()
+        record.write_text(journal.encode(new.name, sorted(old)), encoding="utf-8")
+        atomic.fsync(record)
 
 
 def _own(f: Path) -> bool:

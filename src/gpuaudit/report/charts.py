@@ -88,7 +88,7 @@ def _pct_axis(axis) -> None:
 
 
 def _short(label: str, limit: int = 28) -> str:
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     label = printable(label)  # a name with control characters: shown escaped, not as missing glyphs
     return label if len(label) <= limit else label[: limit - 1] + "…"

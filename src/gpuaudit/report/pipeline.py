@@ -40,7 +40,7 @@ def report_dataset(root: Path, out: Path, *, formats: str = "html,md,json", conf
     """Analyze `root` and write the report into `out`; print a short summary unless quiet."""
     from gpuaudit.report.terminal import print_summary, progress_steps
     from gpuaudit.report.writer import parse_formats, write_report
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     wanted = parse_formats(formats)  # fail on a bad --format before the long part
     with progress_steps(not quiet) as step:
@@ -59,7 +59,7 @@ def run_demo(out: Path, *, scenario: str = "mixed", gpus: int = 64, days: float 
     """Simulate a trial of `scenario` into OUT/data, analyze it, write the report into OUT."""
     from gpuaudit.report.terminal import progress_bar
     from gpuaudit.report.writer import parse_formats
-    from gpuaudit.simulate import simulate, validate
+    from gpuaudit.sim.bulk import simulate, validate
 
     parse_formats(formats)
     validate(scenario, gpus, days, interval_s)  # bad arguments fail before anything is written

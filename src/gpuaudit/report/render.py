@@ -1,6 +1,6 @@
 """Renderers: the report model to HTML (one self-contained file), Markdown (+ SVG files) and JSON.
 
-Templates are read through importlib.resources (`gpuaudit.resources.templates_dir()`), so they load
+Templates are read through importlib.resources (`gpuaudit.util.resources.templates_dir()`), so they load
 the same from a source tree, an editable install or a zipped wheel.
 """
 
@@ -18,7 +18,7 @@ CHART_DIR = "charts"
 
 
 def _load_template(name: str) -> str | None:
-    from gpuaudit.resources import templates_dir
+    from gpuaudit.util.resources import templates_dir
 
     path = templates_dir() / name
     return path.read_text(encoding="utf-8") if path.is_file() else None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuaudit.jsonout import dumps
-from gpuaudit.textsafe import printable
+from gpuaudit.util.jsonio import dumps
+from gpuaudit.util.textsafe import printable
 
 
 def visible(text: str, keep: str = "") -> str:

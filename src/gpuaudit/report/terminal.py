@@ -16,7 +16,7 @@ def print_summary(result: Any, written: Any, *, console: Any = None) -> None:
     from rich.markup import escape as _markup
     from rich.table import Table
 
-    from gpuaudit.textsafe import printable
+    from gpuaudit.util.textsafe import printable
 
     def escape(text: str) -> str:  # data and paths: no rich markup, no raw control characters
         return _markup(printable(text))

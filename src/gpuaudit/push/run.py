@@ -52,8 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from gpuaudit import jsonfile, remote, schema, store
+from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
+from gpuaudit.store import remote
+from gpuaudit.util import jsonio
 
 log = logging.getLogger("gpuaudit.push")
 
@@ -356,7 +358,7 @@ class Manifest:
         if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
                 try:
-                    entry = jsonfile.loads(line)
+                    entry = jsonio.loads(line)
                     self.entries[entry["f"]] = entry
                     self.lines += 1
                 except (ValueError, KeyError, TypeError):  # a torn last line after a crash: re-checked remotely
@@ -499,7 +501,7 @@ class _Run:
             return
         record_names = [n for n in names if n.startswith(store.JOURNAL_PREFIX) and n.endswith(".json")]
         data = [n for n in names if n.endswith(".parquet") and not n.startswith(".")]
-        hidden = store._journal_hidden(part_dir, names)  # files a crash mid-compaction left: not shipped
+        hidden = store.hidden_names(part_dir, names)  # files a crash mid-compaction left: not shipped
         done: set[str] = set()
         # Records first: the target hides their inputs from the moment the merged file lands.
         for name in record_names + [n for n in data if n not in hidden]:
@@ -592,7 +594,7 @@ class _Run:
 
 def _read_record(path: Path) -> dict[str, Any] | None:
     try:
-        r = jsonfile.read_json_file(path)
+        r = jsonio.read_json_file(path)
     except (OSError, ValueError):
         return None
     ok = isinstance(r, dict) and isinstance(r.get("new"), str) and isinstance(r.get("old"), list)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import polars as pl
 
-    from gpuaudit.workload import LoadModel
+    from gpuaudit.sim.workload import LoadModel
 
 SIDECAR = "simulation.json"
 MAX_GPUS = 65536
@@ -80,7 +80,7 @@ def _mb(n: int) -> str:
 
 def validate(scenario: str, gpus: int | None, days: float, interval_s: float) -> tuple[Any, int]:
     """Check arguments; returns (Scenario, gpus). Every complaint is one line naming the bad value."""
-    from gpuaudit.workload import get_scenario
+    from gpuaudit.sim.workload import get_scenario
 
     sc = get_scenario(scenario)
     n = sc.default_gpus if gpus is None else gpus
@@ -136,7 +136,7 @@ def _chunks(model: LoadModel, n_steps: int, interval_s: float) -> list[tuple[int
     """(k_lo, k_hi, gpu_lo, gpu_hi): sample steps k in [k_lo, k_hi) (ts = start + k * interval, k from 0 to
     n_steps - 1, so a whole number of days fills whole dates) that fall in one UTC day, for a block of whole
     hosts small enough to hold in memory."""
-    from gpuaudit.workload import DAY_S, GPUS_PER_HOST
+    from gpuaudit.sim.workload import DAY_S, GPUS_PER_HOST
 
     start = model.start_epoch
     first_midnight = (math.floor(start / DAY_S) + 1) * DAY_S
@@ -173,7 +173,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
     import numpy as np
     import polars as pl
 
-    from gpuaudit.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME, MIB
+    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME, MIB
 
     n = len(gpu)
     ts_us = np.rint((model.start_epoch + t) * 1e6).astype(np.int64)
@@ -208,7 +208,7 @@ def process_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str,
     import numpy as np
     import polars as pl
 
-    from gpuaudit.workload import MIB, process_mem_mib, process_sm_pct
+    from gpuaudit.sim.workload import MIB, process_mem_mib, process_sm_pct
 
     held = np.flatnonzero(v["n_processes"] > 0)
     counts = v["n_processes"][held].astype(np.int64)
@@ -251,7 +251,7 @@ _MODELS: dict[_ModelSpec, LoadModel] = {}  # per process: a worker builds the sc
 
 
 def _model(spec: _ModelSpec) -> LoadModel:
-    from gpuaudit.workload import LoadModel, get_scenario
+    from gpuaudit.sim.workload import LoadModel, get_scenario
 
     if spec not in _MODELS:
         _MODELS.clear()
@@ -334,7 +334,7 @@ def simulate(
     the dataset at `root`, plus `simulation.json` with the true R/W and S/W of what was written.
     `workers` > 1 writes chunks in parallel processes (default: one per CPU for large fleets)."""
     from gpuaudit import __version__, store
-    from gpuaudit.workload import CLOUD_BELOW, ONPREM_ABOVE, LoadModel, decision_branch, default_start
+    from gpuaudit.sim.workload import CLOUD_BELOW, ONPREM_ABOVE, LoadModel, decision_branch, default_start
 
     t_begin = time.perf_counter()
     sc, n_gpus = validate(scenario, gpus, days, interval_s)

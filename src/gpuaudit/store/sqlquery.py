@@ -15,10 +15,10 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from gpuaudit import jsonfile, jsonout
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import Dataset
-from gpuaudit.textsafe import printable
+from gpuaudit.util import jsonio
+from gpuaudit.util.textsafe import printable
 
 FORMATS = ("table", "csv", "json", "parquet")
 # Read-only holds by three independent layers (run_query): the statement type (anything else, e.g. COPY,
@@ -116,7 +116,7 @@ def check_plan(ds: Dataset, sql: str) -> None:
     allowed = {name.upper() for name in _TABLE_FUNCTIONS}
     [(_, plan)] = ds.fetchall(f"EXPLAIN (FORMAT json) {sql}")
     try:
-        stack = jsonfile.loads(plan)
+        stack = jsonio.loads(plan)
     except ValueError as e:  # a plan nested deeper than Python's parser goes: not checkable, so not run
         raise GpuauditError(f"refused: the query's plan cannot be checked ({e}); {_READ_ONLY_HELP}") from e
     while stack:
@@ -275,7 +275,7 @@ def format_json(table: Any) -> str:
         columns.append([_plain(v) for v in values] if pa.types.is_nested(f.type) else values)
     names = unique_names(table.column_names)
     rows = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
-    return jsonout.dumps(rows, default=_json_default, indent=1) + "\n"
+    return jsonio.dumps(rows, default=_json_default, indent=1) + "\n"
 
 
 def _csv_cell(value: Any) -> str:

@@ -1,7 +1,7 @@
 """THE NVML seam: every call into NVML goes through `Nvml`.
 
 The `pynvml` module (nvidia-ml-py) is a dependency handed in, so tests and `agent run --simulate` pass the
-fake from `gpuaudit.fakenvml`; production passes nothing and the real module is imported on first use.
+fake from `gpuaudit.sim.fakenvml`; production passes nothing and the real module is imported on first use.
 NVML errors are translated here, once, into what the agent can act on:
 
 - NotSupported / FunctionNotFound / NoPermission on a field  -> `None` (the field is unmeasured)

@@ -18,8 +18,8 @@ from typing import Protocol
 
 import polars as pl
 
-from gpuaudit.analysis.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
-from gpuaudit.resources import load_sql
+from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
+from gpuaudit.util.resources import load_sql
 
 # The demand series' bucket in sql/analysis_demand.sql.
 DEMAND_BUCKET_S = 300.0

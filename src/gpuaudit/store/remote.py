@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuaudit import jsonfile
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util import jsonio
 
 if TYPE_CHECKING:
     import duckdb
@@ -98,7 +98,7 @@ def register(con: duckdb.DuckDBPyConnection, url: str) -> None:
 def table_files(url: str, table: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(readable files, [(unreadable file, reason)]) of one table under `url`, as s3:// URLs: one recursive
     listing, then the compaction records of the partitions that have any (fetched together)."""
-    from gpuaudit.store import JOURNAL_PREFIX, has_supersedable, superseded
+    from gpuaudit.store.journal import JOURNAL_PREFIX, has_supersedable, superseded
 
     scheme, base = split(url)
     fs = filesystem(url, cache_listings=True)  # the same instance DuckDB reads through (register)
@@ -127,7 +127,7 @@ def table_files(url: str, table: str) -> tuple[list[str], list[tuple[str, str]]]
             raise GpuauditError(f"cannot read compaction records under {scheme}://{root}: {describe_error(e)}") from e
         for key, blob in blobs.items():
             try:
-                records.setdefault(key.rsplit("/", 1)[0], []).append(jsonfile.loads(blob))
+                records.setdefault(key.rsplit("/", 1)[0], []).append(jsonio.loads(blob))
             except (TypeError, ValueError):  # an error object, or damaged JSON: ignored, as on disk
                 continue
     good: list[str] = []

@@ -1,6 +1,6 @@
 """A pynvml-shaped fake NVML with named hardware profiles, driven by a load function.
 
-It is what tests and `gpuaudit agent run --simulate` hand to `gpuaudit.nvml.Nvml` instead of the real
+It is what tests and `gpuaudit agent run --simulate` hand to `gpuaudit.agent.nvml.Nvml` instead of the real
 `pynvml`. It raises the real pynvml exception classes and returns the real ctypes structures (pynvml is
 imported for them; importing pynvml does not load libnvidia-ml), so the agent's real code path runs.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import pynvml as _real
 
-from gpuaudit.workload import GpuLoad, ProcessLoad
+from gpuaudit.sim.workload import GpuLoad, ProcessLoad
 
 # Constants, exception classes and structs are the real ones.
 for _name in dir(_real):

@@ -22,9 +22,10 @@ from typing import Any
 
 import polars as pl
 
-from gpuaudit import conformance, remote, schema, store
-from gpuaudit.analysis.rollup import Rollups, rollups_from
+from gpuaudit import schema, store
+from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
+from gpuaudit.store import conformance, remote
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",

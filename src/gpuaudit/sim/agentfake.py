@@ -1,6 +1,6 @@
 """`agent run --simulate`: the real sampler against the fake NVML, driven by a workload scenario.
 
-The load comes from `gpuaudit.workload.load_model` (the same job schedule the offline simulator uses), or
+The load comes from `gpuaudit.sim.workload.load_model` (the same job schedule the offline simulator uses), or
 from `static`, a constant load without numpy (what the overhead benchmark uses). Simulated processes
 have no /proc entry, so their attribution comes from the load model too.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuaudit import fakenvml
 from gpuaudit.errors import GpuauditError
+from gpuaudit.sim import fakenvml
 
 STATIC = "static"
 # --simulate-gpus: a node holds a handful of GPUs; 1024 simulated ones sample in under a second a pass, while
@@ -31,7 +31,7 @@ def static_load(n_units: int) -> fakenvml.LoadFn:
 
 
 def scenario_names() -> list[str]:
-    from gpuaudit.workload import SCENARIOS
+    from gpuaudit.sim.workload import SCENARIOS
 
     return [*SCENARIOS, STATIC]
 
@@ -50,7 +50,7 @@ def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: 
     if scenario == STATIC:
         load = static_load(n_units)
     else:
-        from gpuaudit.workload import SCENARIOS, load_model
+        from gpuaudit.sim.workload import SCENARIOS, load_model
 
         if scenario not in SCENARIOS:
             raise GpuauditError(f"unknown scenario {scenario!r}; known: {', '.join(scenario_names())}")

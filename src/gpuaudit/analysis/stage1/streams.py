@@ -3,7 +3,7 @@ analyzer materializes it (rollup.py) and `gpuaudit sql` shows it as lazy views (
 
 from __future__ import annotations
 
-from gpuaudit.resources import load_sql
+from gpuaudit.util.resources import load_sql
 
 STREAMS_TABLE = "gpu_streams"
 STREAMS_SQL = "analysis_streams"

@@ -1,0 +1,1 @@
+"""Small shared building blocks: paths, atomic writes, text safety, JSON, package resources."""
