@@ -38,6 +38,8 @@ class DecisionConfig:
     provisional_below_days: float = _num(0.0, 36500.0)
     reevaluate_after_months: int = _num(0, 1200)
     min_trial_hours: float = _num(0.0, 876000.0)
+    # a plan cheaper than staying by less than this share of staying's total is a tie: keep what you have
+    tie_fraction: float = _num(0.0, 0.5)
 
 
 GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)

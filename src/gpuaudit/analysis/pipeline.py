@@ -122,6 +122,7 @@ def analyze_rollups(
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
+        latency_sensitive=latency_sensitive,
         elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
         elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
         elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
@@ -151,6 +152,7 @@ def analyze_rollups(
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
+        tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
     costs_ = _costs(cfg, block, measured)
@@ -206,6 +208,20 @@ def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resample
     owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
     return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
                       np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
+
+
+def _spread(sample: CostSample, level: float) -> float:
+    """Half the width of the day-resample interval of staying as is − the cheapest scenario (0 without
+    resamples): how far the model's own answer moves with the days observed."""
+    if not sample.draws.size or "stay-as-is" not in sample.ids or sample.cheapest not in sample.ids:
+        return 0.0
+    d = sample.draws[:, sample.ids.index("stay-as-is")] - sample.draws[:, sample.ids.index(sample.cheapest)]
+    d = d[np.isfinite(d)]
+    if not d.size:
+        return 0.0
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(d, [tail, 100 - tail])
+    return float(hi - lo) / 2
 
 
 def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:

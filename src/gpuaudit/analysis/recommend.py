@@ -75,6 +75,8 @@ class Evidence:
     horizon_months: int
     model_caveats: Sequence[str] = ()  # what the cost model leaves out for these settings
     growth_flip: tuple[float, str] | None = None  # lowest demand growth/year at which another plan is cheapest
+    tie_fraction: float = 0.0  # decision.tie_fraction
+    spread_usd: float = 0.0  # half the width of the day-resample interval of staying − the cheapest (0: none)
 
 
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
@@ -89,6 +91,14 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
 
     stay = by_id.get("stay-as-is")
     saving = float((stay.total.value or 0.0) - (best.total.value or 0.0)) if stay else 0.0
+    # A difference inside the model's own uncertainty is a tie: keep what you have.
+    tie_usd = max(1.0, ev.tie_fraction * abs(stay.total.value or 0.0), ev.spread_usd) if stay else 0.0
+    tie_keep = (stay is not None and stay.allowed and best.id != "stay-as-is" and saving <= tie_usd
+                and not residency)
+    if tie_keep and stay is not None:
+        runner_up = best
+        best = stay
+        cost_branch = scenario_branch(best, current)
     tree_pool = [s for s in scenarios if s.allowed and not s.what_if and _carries(s, current) in tree]
     tree_best = min(tree_pool, key=lambda s: s.total.value or 0.0) if tree_pool else best
     versus_tree = float((tree_best.total.value or 0.0) - (best.total.value or 0.0))
@@ -107,14 +117,20 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
 
-    headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months, residency,
-                         agrees, tie and cost_branch != fired.branch.value)
+    if tie_keep:
+        headline = (f"{_utilization_text(inputs, ev)[0].upper()}{_utilization_text(inputs, ev)[1:]}: keep what you "
+                    f"have; the alternatives are within {_usd(tie_usd)} over {months} months (the cheapest, "
+                    f"{runner_up.label.lower()}, saves {_usd(saving)}: inside the cost model's uncertainty).")
+    else:
+        headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months,
+                             residency, agrees, tie and cost_branch != fired.branch.value)
     level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired)
     return Decision(
         branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=trial.provisional,
         reevaluate_on=trial.reevaluate_on, cheapest_scenario=cheapest, agrees_with_costs=agrees, headline=headline,
         possible_branches=tuple(tree), determined=determined, cost_branch=cost_branch,
         recommendation=recommendation, saving_usd=saving, versus_tree_usd=versus_tree, confidence=level,
+        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd,
     )
 
 

@@ -260,6 +260,12 @@ class Decision:
     saving_usd: float
     versus_tree_usd: float
     confidence: ConfidenceLevel
+    # The plan the headline recommends: the cheapest allowed scenario, or stay-as-is when the cheapest beats it
+    # by no more than `tie_usd` (the model's uncertainty: decision.tie_fraction × staying's total, or the
+    # day-resample spread of the difference, whichever is larger): a tie keeps what you have.
+    recommended_scenario: str = ""
+    tie: bool = False
+    tie_usd: float = 0.0
 
 
 @dataclass(frozen=True)

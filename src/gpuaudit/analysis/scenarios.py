@@ -69,6 +69,7 @@ class Measured:
     measured_w: float | None
     current: Deployment
     data_residency: bool = False
+    latency_sensitive: bool = False  # latency-sensitive work does not burst: no plan may rent it
     # GPUs that report only while held (elastic): their part of `held` and `reporting` per bucket, how many
     # there were and their Σ gpu_fraction (zero when none)
     elastic_held: np.ndarray | None = None
@@ -300,7 +301,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
                              {**own(n_hp), **flex_bill(over_hp)}, "owned cost(N) + flexible cloud cost above N", tl,
                              what_if=True))
-    if m.data_residency:
+    if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
@@ -332,7 +333,8 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
     all_cloud_usd = _sum(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
-    verdict = "cloud" if all_cloud_usd < own_ref and not m.data_residency else "on-prem"
+    verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_sensitive)
+               else "on-prem")
     variable = all_cloud["cloud_reserved"] + all_cloud["cloud_flexible"]  # the all-cloud scenario's compute bill
     fixed = own_zero + _sum(costs.cloud_fixed(cfg, tl))
     if measured <= 0 or variable <= 1e-9:
