@@ -194,6 +194,39 @@ def power_watts(cfg: Config, measured_w: float | None) -> tuple[float, str]:
     return cfg.on_prem.fallback_watts_per_gpu, "configured"
 
 
+@dataclass(frozen=True)
+class PowerModel:
+    """Board power of an owned GPU by what it does: `idle_w` while no job holds it, `held_w` while one does (the
+    measured power-vs-load relation: a plan that keeps fewer GPUs keeps them busier, and draws more per GPU).
+    Flat (idle = held = the fleet average) when power is configured or the trial cannot separate the two."""
+
+    idle_w: float
+    held_w: float
+    average_w: float  # the fleet's measured (or configured) average: what the owned $/GPU-h figure uses
+
+    def watts(self, demand: np.ndarray, n: np.ndarray | float) -> np.ndarray:
+        """Average watts per GPU of owning `n` GPUs (one value per count) that serve min(d_t, n) held GPUs."""
+        counts = np.atleast_1d(np.asarray(n, dtype=float))
+        d = np.asarray(demand, dtype=float)
+        if self.held_w == self.idle_w or d.size == 0:
+            return np.full(counts.shape, self.average_w if self.held_w == self.idle_w else self.idle_w)
+        s = np.sort(d)
+        prefix = np.concatenate([[0.0], np.cumsum(s)])
+        i = np.searchsorted(s, counts, side="right")
+        served = (prefix[i] + counts * (s.size - i)) / s.size  # mean_t min(d_t, n)
+        share = np.where(counts > 0, np.minimum(served / np.maximum(counts, 1e-12), 1.0), 0.0)
+        return self.idle_w + (self.held_w - self.idle_w) * share
+
+
+def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None
+                ) -> tuple[PowerModel, str]:
+    """The power model a plan's GPUs are charged with, and where it came from ("measured" or "configured")."""
+    w, source = power_watts(cfg, measured_w)
+    if source == "measured" and idle_w is not None and held_w is not None:
+        return PowerModel(idle_w, held_w, w), source
+    return PowerModel(w, w, w), source
+
+
 def resale_value(cfg: Config, age_years: float) -> float:
     """Value of one GPU of age `age_years` as a share of today's price: straight line from 1 (new) to the
     salvage fraction at the end of the amortization life, flat after."""
@@ -216,7 +249,7 @@ def _capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, 
     return cost, -cost * (salvage + (1.0 - salvage) * left) * tl.end
 
 
-def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float, existing: int = 0,
+def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.ndarray | float, existing: int = 0,
                existing_age_years: float = 0.0) -> dict[str, np.ndarray]:
     """Present value of owning `gpus` GPUs (an array: one total per count) over the horizon, `existing` of
     them owned already. Counts above `existing` are bought now; below, the surplus is sold now."""

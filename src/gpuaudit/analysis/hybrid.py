@@ -164,11 +164,12 @@ def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.nd
     return cand
 
 
-def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float, watts: float,
-         existing: int, existing_age_years: float) -> Sizing:
+def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float,
+         power: costs.PowerModel | float, existing: int, existing_age_years: float) -> Sizing:
     """N* over the demand series (GPUs per bucket, already scaled to the fleet and the horizon's growth).
     `all_cloud_usd` is the total at N = 0."""
     d = np.asarray(demand, dtype=float)
+    pm = power if isinstance(power, costs.PowerModel) else costs.PowerModel(power, power, power)
     peak = float(d.max()) if d.size else 0.0
     prices = costs.cloud_prices(cfg)
     fixed_cloud = sum(costs.cloud_fixed(cfg, tl).values())
@@ -176,7 +177,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     def price(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean GPUs rented above N, owned cost, cloud cost) for each count N."""
         over = overflow_mean(d, n, prices.unit)
-        owned = costs.owned_total(costs.owned_cost(cfg, tl, n, watts, existing, existing_age_years))
+        owned = costs.owned_total(costs.owned_cost(cfg, tl, n, pm.watts(d, n), existing, existing_age_years))
         flex = over * costs.HOURS_PER_MONTH * prices.flexible * tl.annuity + np.where(over > 1e-12, fixed_cloud, 0.0)
         return over, owned, np.where(n > 0, flex, 0.0)  # same formula as costs.cloud_bill(cfg, tl, 0, over)
 
@@ -196,6 +197,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     # Both sides in the same unit: the cloud's list $/GPU-h and the owned cost levelized to a constant $/h whose
     # present value over the horizon equals the owned cost's (PV ÷ PV of one hour a month).
     cloud_rate = prices.flexible
+    watts = pm.average_w  # the cross-checks price one more GPU at the fleet's average power
     own_new = costs.owned_marginal_per_hour(cfg, tl, watts)
     own_keep = costs.owned_marginal_per_hour(cfg, tl, watts, keep=True, existing_age_years=existing_age_years)
     fractile = critical_fractile_n(d, cloud_rate, own_new, keep_rate=own_keep, existing=existing)

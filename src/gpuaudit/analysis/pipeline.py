@@ -116,13 +116,14 @@ def analyze_rollups(
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
 
+    idle_w, held_w = ut.power_by_load(roll)
     measured = Measured(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
         held=demand["gpus_held"].to_numpy().astype(float),
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
-        latency_sensitive=latency_sensitive,
+        latency_sensitive=latency_sensitive, idle_w=idle_w, held_w=held_w,
         elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
         elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
         elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,

@@ -289,6 +289,9 @@ class Scenario:
     monthly_usd: float
     what_if: bool = False  # an "if behaviour changes" plan: shown, never counted as cheapest
     allowed: bool = True  # False when data residency forbids it (it rents)
+    # Board power per owned GPU its power cost is priced at: the measured power-vs-load relation at the load the
+    # GPUs it keeps carry (None when it owns nothing)
+    power_w_per_gpu: float | None = None
 
 
 @dataclass(frozen=True)

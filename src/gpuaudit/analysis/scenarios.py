@@ -70,6 +70,8 @@ class Measured:
     current: Deployment
     data_residency: bool = False
     latency_sensitive: bool = False  # latency-sensitive work does not burst: no plan may rent it
+    idle_w: float | None = None  # measured power of a GPU no job holds / a held one (utilization.power_by_load)
+    held_w: float | None = None
     # GPUs that report only while held (elastic): their part of `held` and `reporting` per bucket, how many
     # there were and their Σ gpu_fraction (zero when none)
     elastic_held: np.ndarray | None = None
@@ -177,6 +179,7 @@ class CostBlock:
     held: np.ndarray  # fleet-scaled held series (with growth)
     day: np.ndarray  # day of each kept bucket
     pack_factor: float
+    power: costs.PowerModel | None = None  # watts per owned GPU by load (None: flat `watts`)
 
 
 def _gpus(n: int) -> str:
@@ -227,14 +230,18 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     fl = fleet(cfg, m)
     f = tl.mean_growth(growth) if growth else 1.0
     prices = costs.cloud_prices(cfg)
-    watts, power_source = costs.power_watts(cfg, m.measured_w)
+    power, power_source = costs.power_model(cfg, m.measured_w, m.idle_w, m.held_w)
+    watts = power.average_w
     held, ok = fleet_series(m, fl, m.held, m.elastic_held)
     held = held * f
     # Every plan, owning or renting, serves `held`: the demand the cloud bills.
     day = m.day[ok]
 
-    def own(n: float) -> dict[str, float]:
-        return _first(costs.owned_cost(cfg, tl, float(n), watts, fl.existing, fl.age_years))
+    def own(n: float, series: np.ndarray | None = None) -> dict[str, float]:
+        """Owning n GPUs that serve `series` (held demand by default): each plan's power is what the GPUs it
+        keeps draw at the load they carry."""
+        w = power.watts(held if series is None else series, float(n))
+        return _first(costs.owned_cost(cfg, tl, float(n), w, fl.existing, fl.age_years))
 
     def flex_bill(mean_gpus: float) -> dict[str, float]:
         return costs.cloud_bill(cfg, tl, 0.0, mean_gpus)
@@ -273,7 +280,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
                          own(n_peak), "owned cost(ceil(peak demand))", tl))
     # hybrid
-    sizing = size(cfg, tl, held, _sum(all_cloud), watts, fl.existing, fl.age_years)
+    sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years)
     n_h = max(1, sizing.n_owning)
     over_h = float(overflow_mean(held, np.array([float(n_h)]), prices.unit)[0])
     note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
@@ -292,22 +299,32 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              "cloud cost(held demand × min(S / efficiency, R) / R)", tl, what_if=True))
         n_pp = max(1, math.ceil(float(held_p.max()) - 1e-9)) if held_p.size else 1
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
-                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp),
+                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp, held_p),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
-        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), watts, fl.existing, fl.age_years)
+        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years)
         n_hp = max(1, sz_p.n_owning)
         over_hp = float(overflow_mean(held_p, np.array([float(n_hp)]), prices.unit)[0])
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
-                             {**own(n_hp), **flex_bill(over_hp)}, "owned cost(N) + flexible cloud cost above N", tl,
-                             what_if=True))
+                             {**own(n_hp, held_p), **flex_bill(over_hp)},
+                             "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
+    out = [_with_power(cfg, tl, s) for s in out]
     if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
-    be = _break_even(cfg, tl, m, fl, held, watts, all_cloud)
+    be = _break_even(cfg, tl, m, fl, held, power, all_cloud)
     return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
-                     cheapest, sizing, be, plan, held, day, pack)
+                     cheapest, sizing, be, plan, held, day, pack, power)
+
+
+def _with_power(cfg: Config, tl: costs.Timeline, s: Scenario) -> Scenario:
+    """The scenario with the board power per owned GPU its power cost was priced at."""
+    o = cfg.on_prem
+    per_w = s.owned_gpus * o.pue * o.power_usd_per_kwh * costs.HOURS_PER_MONTH / 1000.0 * tl.annuity
+    if s.owned_gpus <= 0 or per_w <= 0:
+        return s
+    return dataclasses.replace(s, power_w_per_gpu=s.components.get("power", 0.0) / per_w)
 
 
 def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
@@ -316,8 +333,8 @@ def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
 
 
-def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray, watts: float,
-                all_cloud: dict[str, float]) -> BreakEvenCalc:
+def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
+                power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The held-hour utilization u* at which renting k × today's held demand (its bill scaled by k) costs the
     same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
 
@@ -327,6 +344,7 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     n_ref = fl.gpus
     ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing == fl.gpus else
            "keep-owned-and-buy-the-rest" if fl.existing < fl.gpus else "keep-the-fleet-sell-the-rest")
+    watts = power.watts(held, float(n_ref))
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
@@ -476,7 +494,8 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     means = {k: v[idx].sum(axis=1) / n_draw for k, v in sums.items()}
 
     def own(n: float) -> float:
-        return float(costs.owned_total(costs.owned_cost(cfg, tl, float(n), block.watts, fl.existing,
+        w = block.power.watts(held, float(n)) if block.power is not None else block.watts
+        return float(costs.owned_total(costs.owned_cost(cfg, tl, float(n), w, fl.existing,
                                                         fl.age_years))[0])
 
     fixed = sum(costs.cloud_fixed(cfg, tl).values())

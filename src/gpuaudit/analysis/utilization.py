@@ -140,6 +140,28 @@ def totals(roll: Rollups) -> Totals:
     )
 
 
+def power_by_load(roll: Rollups) -> tuple[float | None, float | None]:
+    """(watts of a GPU no job holds, watts of a held one): the least-squares line of each GPU-hour's average
+    board power against the share of that hour a job held the GPU, weighted by the seconds with power. None
+    when the trial cannot tell the two apart (no power, or held share that hardly varies), or the line makes
+    no physical sense (negative, falling with load)."""
+    g = roll.gpu_hours.filter(pl.col("energy_s") > 0)
+    if g.height < 2:
+        return None, None
+    w = g["energy_s"].to_numpy().astype(float)
+    x = (g["held_s"] / g["observed_s"]).fill_nan(0.0).to_numpy().astype(float).clip(0.0, 1.0)
+    y = (g["energy_j"] / g["energy_s"]).to_numpy().astype(float)
+    xm, ym = float((w * x).sum() / w.sum()), float((w * y).sum() / w.sum())
+    var = float((w * (x - xm) ** 2).sum() / w.sum())
+    if var < 0.01:  # held share almost constant (std < 0.1): the slope is not identified
+        return None, None
+    slope = float((w * (x - xm) * (y - ym)).sum() / w.sum()) / var
+    idle = ym - slope * xm
+    if slope < 0 or idle < 0:
+        return None, None
+    return idle, idle + slope
+
+
 def _ts(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
