@@ -148,6 +148,24 @@ def reserved_capacity(billed: np.ndarray, share: float, unit: int) -> float:
     return float(min(max(k, 0.0), b[-1] if unit <= 1 else math.ceil(b[-1] / unit - 1e-9) * unit))
 
 
+def best_reservation(billed: np.ndarray, prices: CloudPrices) -> float:
+    """The reservation K (GPUs, billed every hour) that makes renting `billed` cheapest: K × reserved + the
+    flexible price × mean max(b − K, 0). One rule for every plan and billing granularity: a GPU-level k is
+    reserved when it is busy often enough that reserving it costs less than buying its hours flexibly
+    (share of time b ≥ k ≥ reserved ÷ flexible). The cost is convex and piecewise linear in K with knees at the
+    billed values (whole instances with instance billing), so the best K is 0 or one of them: all are priced
+    at once with sorted suffix sums; ties go to the smaller K."""
+    b = np.sort(np.maximum(np.asarray(billed, dtype=float), 0.0))
+    if b.size == 0 or prices.reserved >= prices.flexible or b[-1] <= 0:
+        return 0.0
+    knots = np.concatenate([[0.0], np.unique(b)])
+    suffix = np.concatenate([np.cumsum(b[::-1])[::-1], [0.0]])
+    i = np.searchsorted(b, knots, side="right")
+    above = (suffix[i] - knots * (b.size - i)) / b.size  # mean max(b − K, 0)
+    cost = knots * prices.reserved + above * prices.flexible
+    return float(knots[int(np.argmin(cost + 1e-9 * knots))])
+
+
 def cloud_fixed(cfg: Config, tl: Timeline) -> dict[str, float]:
     """Egress and managed services: paid whenever the cloud is used at all."""
     c = cfg.cloud

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
-from gpuaudit.analysis.hybrid import Sizing, overflow_mean, size
+from gpuaudit.analysis.hybrid import Sizing, size
 from gpuaudit.analysis.result import Column, Deployment, Figure, Scenario, Table
 
 SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
@@ -145,10 +145,11 @@ class Plan:
     """The choices the scenarios made, fixed while the bootstrap resamples demand."""
 
     reserved_gpus: float  # all-cloud reservation
-    stay_reserved_gpus: float  # stay-as-is in the cloud: its reservation
+    stay_reserved_gpus: float  # stay-as-is: the reservation of what it rents (in the cloud, or above the owned)
     n_on_prem: int
     n_hybrid: int
     existing: int
+    hybrid_reserved_gpus: float = 0.0  # the hybrid's reservation for its bursts
 
 
 @dataclass(frozen=True)
@@ -213,16 +214,14 @@ def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, ow
 
 def _cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
               ) -> tuple[dict[str, float], float, float]:
-    """(bill, reservation K, mean GPUs billed) for renting `series` with the configured mix. With whole-instance
-    billing the reservation covering the configured share may overshoot it by most of an instance (one 8-GPU
-    instance reserved 24/7 for a job that runs a fifth of the time): one instance fewer is taken when cheaper."""
+    """(bill, reservation K, mean GPUs billed) for renting `series` (GPUs per bucket, billed whole instances
+    with instance billing): the reservation is what is cheaper reserved (costs.best_reservation), the rest is
+    bought flexibly. The same rule for every plan that rents: all cloud, staying in the cloud, a hybrid's
+    bursts, the demand above the GPUs owned today."""
     billed = costs.billable(series, prices.unit)
-    k = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
-    options = [k, k - prices.unit] if prices.unit > 1 and k >= prices.unit else [k]
-    bills = [costs.cloud_bill(cfg, tl, kk, float(np.maximum(billed - kk, 0.0).mean()) if billed.size else 0.0)
-             for kk in options]
-    i = min(range(len(options)), key=lambda j: bills[j]["cloud_reserved"] + bills[j]["cloud_flexible"])
-    return bills[i], options[i], float(billed.mean()) if billed.size else 0.0
+    k = costs.best_reservation(billed, prices)
+    bill = costs.cloud_bill(cfg, tl, k, float(np.maximum(billed - k, 0.0).mean()) if billed.size else 0.0)
+    return bill, k, float(billed.mean()) if billed.size else 0.0
 
 
 def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool = True) -> CostBlock:
@@ -243,20 +242,16 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         w = power.watts(held if series is None else series, float(n))
         return _first(costs.owned_cost(cfg, tl, float(n), w, fl.existing, fl.age_years))
 
-    def flex_bill(mean_gpus: float) -> dict[str, float]:
-        return costs.cloud_bill(cfg, tl, 0.0, mean_gpus)
-
     out: list[Scenario] = []
     # stay as is
     if m.current is Deployment.ON_PREM:
-        over = float(overflow_mean(held, np.array([float(fl.existing)]), prices.unit)[0])
+        bill, stay_k, over = _cloud_of(cfg, tl, held - fl.existing, prices)
         out.append(_scenario(
             "stay-as-is", "Stay as is (on-prem)",
             f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and the value "
             "they lose count); rent demand above them.",
-            over, fl.existing, {**own(fl.existing), **flex_bill(over)},
-            "owned cost(GPUs owned today) + flexible cloud cost(demand above them)", tl))
-        stay_k = 0.0
+            over, fl.existing, {**own(fl.existing), **bill},
+            "owned cost(GPUs owned today) + cloud cost(demand above them)", tl))
     else:
         # The instances that ran, scaled to the fleet like the demand they carry: a GPU that did not report is
         # taken to run like those that did (so held demand never exceeds what is rented).
@@ -282,11 +277,12 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     # hybrid
     sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years)
     n_h = max(1, sizing.n_owning)
-    over_h = float(overflow_mean(held, np.array([float(n_h)]), prices.unit)[0])
+    bill_h, k_h, over_h = _cloud_of(cfg, tl, held - n_h, prices)
     note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
+    how = f"reserving {k_h:,.1f} GPUs 24/7, the rest flexibly" if k_h > 0 else "flexibly"
     out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base, rent demand above them "
-                         f"flexibly{note}.", over_h, n_h, {**own(n_h), **flex_bill(over_h)},
-                         "owned cost(N) + flexible cloud cost(Σ max(demand − N, 0)), N = best N ≥ 1", tl))
+                         f"{how}{note}.", over_h, n_h, {**own(n_h), **bill_h},
+                         "owned cost(N) + cloud cost(max(demand − N, 0)), N = best N ≥ 1", tl))
     # if behaviour changes
     pack = min(m.s / cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
     if what_if:
@@ -303,16 +299,16 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
         sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years)
         n_hp = max(1, sz_p.n_owning)
-        over_hp = float(overflow_mean(held_p, np.array([float(n_hp)]), prices.unit)[0])
+        bill_hp, _khp, over_hp = _cloud_of(cfg, tl, held_p - n_hp, prices)
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
-                             {**own(n_hp, held_p), **flex_bill(over_hp)},
+                             {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
     out = [_with_power(cfg, tl, s) for s in out]
     if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
-    plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
+    plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
     be = _break_even(cfg, tl, m, fl, held, power, all_cloud)
     return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
                      cheapest, sizing, be, plan, held, day, pack, power)
@@ -479,10 +475,11 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     unit = prices.unit
     per_bucket = {
         "all-cloud": np.maximum(costs.billable(held, unit) - plan.reserved_gpus, 0.0),
-        "hybrid": costs.billable(held - plan.n_hybrid, unit),
+        "hybrid": np.maximum(costs.billable(held - plan.n_hybrid, unit) - plan.hybrid_reserved_gpus, 0.0),
     }
     if m.current is Deployment.ON_PREM:
-        per_bucket["stay-as-is"] = costs.billable(held - plan.existing, unit)
+        per_bucket["stay-as-is"] = np.maximum(costs.billable(held - plan.existing, unit) - plan.stay_reserved_gpus,
+                                              0.0)
     else:
         running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0]
         per_bucket["stay-as-is"] = np.maximum(costs.billable(running, unit) - plan.stay_reserved_gpus, 0.0)
@@ -513,9 +510,7 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
         if s.id == "all-cloud":
             v = own(0) + bill(plan.reserved_gpus, means["all-cloud"])
         elif s.id == "hybrid":
-            v = own(plan.n_hybrid) + bill(0.0, means["hybrid"])
-        elif s.id == "stay-as-is" and m.current is Deployment.ON_PREM:
-            v = own(plan.existing) + bill(0.0, means["stay-as-is"])
+            v = own(plan.n_hybrid) + bill(plan.hybrid_reserved_gpus, means["hybrid"])
         elif s.id == "stay-as-is":
             v = own(plan.existing) + bill(plan.stay_reserved_gpus, means["stay-as-is"])
         else:  # all-on-prem: owned, demand-independent
