@@ -38,7 +38,12 @@ def _hand_all_cloud(cfg) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     on_demand = 1 - c.spot_share - c.capacity_block_share
     flexible = lst * (c.spot_share * c.spot_multiplier * (1 + c.spot_interruptions_per_hour
                                                          * c.spot_lost_hours_per_interruption) + on_demand)
-    compute = mean_gpus * 730 * flexible * annuity
+    reserved = lst * c.reserved_multiplier
+    # reserve what is cheaper reserved: the 20 GPUs held all the time when a reserved hour costs less than a
+    # flexible one (the 180 more, held 1/8 of the time, would need a reserved hour at 1/8 of the flexible price)
+    assert reserved > flexible / 8
+    k = STEADY if reserved < flexible else 0
+    compute = (k * reserved + (mean_gpus - k) * flexible) * 730 * annuity
     fixed = c.egress_usd_per_gb * c.egress_gb_per_week * 52 / 12 * annuity + c.managed_services_usd_per_month * annuity
     return mean_gpus * 730 * months, compute + fixed
 

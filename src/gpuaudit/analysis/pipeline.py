@@ -201,14 +201,14 @@ def _check_finite(t: ut.Totals) -> None:
 
 
 def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int) -> CostSample:
-    ids = [s.id for s in block.scenarios if not s.what_if]
+    ids = [s.id for s in block.scenarios if not s.what_if or s.id == "all-cloud"]
     by_id = {s.id: s for s in block.scenarios}
     day_ids = days["day"].to_numpy().astype(np.int64)
     idx = resample_index(len(day_ids), resamples, seed) if resamples and len(day_ids) else np.zeros((0, 0), int)
     draws = cost_draws(cfg, m, block, idx, day_ids).totals if idx.size else np.zeros((0, len(ids)))
     owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
     return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
-                      np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
+                      np.array([by_id[i].allowed and not by_id[i].what_if for i in ids]), owning, block.cheapest)
 
 
 def _spread(sample: CostSample, level: float) -> float:

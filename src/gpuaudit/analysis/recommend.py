@@ -134,6 +134,14 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     )
 
 
+def _advice(fired: RuleFired, current: Deployment) -> str:
+    """What the rule says, for where the fleet runs today: a cloud fleet is never told to move to the cloud."""
+    text = ADVICE.get(fired.id, fired.branch.value)
+    if current is Deployment.CLOUD and fired.id == "low-utilization":
+        return "stay in the cloud"
+    return text
+
+
 def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
     if not ev.upper_bound:
         return f"real utilization is {inputs.real_utilization:.1%}"
@@ -163,12 +171,12 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: Scenario, stay: Sc
                 f"({tree_best.owned_gpus:,} GPUs)" if tree_best.owned_gpus and tree_best.cloud_gpu_hours <= 1e-9
                 else f"the rule's best plan ({tree_best.label.lower()}) comes out as "
                      f"{_BRANCH_WORDS[scenario_branch(tree_best, inputs.current)]}")
-        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {ADVICE.get(fired.id, fired.branch.value)}; "
+        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}; "
                 f"at your prices {plan}: the same as {best.label.lower()}, {_usd(best.total.value or 0.0)} over "
                 f"{months} months.")
     if agrees:
-        return f"{util[0].upper()}{util[1:]}: {ADVICE.get(fired.id, fired.branch.value)}; {costs}."
-    return (f"The utilization rule says {ADVICE.get(fired.id, fired.branch.value)} ({util}), but {at_prices} is "
+        return f"{util[0].upper()}{util[1:]}: {_advice(fired, inputs.current)}; {costs}."
+    return (f"The utilization rule says {_advice(fired, inputs.current)} ({util}), but {at_prices} is "
             f"{_usd(versus_tree)} cheaper over {months} months than {tree_best.label.lower()}: your prices point to "
             f"{_BRANCH_WORDS[scenario_branch(best, inputs.current)]}.")
 

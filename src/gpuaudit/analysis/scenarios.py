@@ -267,9 +267,21 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     bill, k_all, mean_billed = _cloud_of(cfg, tl, held, prices)
     all_cloud = {**own(0), **bill}
     sold = f"; sell the {fl.existing} owned GPUs now" if fl.existing else ""
-    out.append(_scenario("all-cloud", "All cloud",
-                         f"Rent the GPU-hours jobs hold (reserving {k_all:,.1f} GPUs 24/7, the rest flexibly){sold}.",
-                         mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
+    # One rule for "behaviour change": a plan that needs the team to hold GPUs differently from today is shown,
+    # never counted as cheapest. A cloud fleet renting only the held hours must release the instances it keeps
+    # running idle: that is a change of behaviour (autoscaling), not a move to the cloud it is already in.
+    releases = (m.current is Deployment.CLOUD and out
+                and mean_billed < out[0].cloud_gpu_hours / (costs.HOURS_PER_MONTH * tl.months) * (1 - 1e-6))
+    reserving = f"reserving {k_all:,.1f} GPUs 24/7, the rest flexibly" if k_all > 0 else "flexibly"
+    if releases:
+        out.append(_scenario("all-cloud", "All cloud, releasing idle instances",
+                             f"Rent only the GPU-hours jobs hold ({reserving}): release instances no job holds "
+                             f"(autoscaling){sold}. A change of behaviour: never counted as cheapest.",
+                             mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl,
+                             what_if=True))
+    else:
+        out.append(_scenario("all-cloud", "All cloud", f"Rent the GPU-hours jobs hold ({reserving}){sold}.",
+                             mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
     # all on-prem
     n_peak = max(1, math.ceil(float(held.max()) - 1e-9)) if held.size else 1
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
@@ -505,7 +517,7 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
 
     ids, cols = [], []
     for s in block.scenarios:
-        if s.what_if:
+        if s.what_if and s.id != "all-cloud":  # all cloud stays: the cost difference is measured against it
             continue
         if s.id == "all-cloud":
             v = own(0) + bill(plan.reserved_gpus, means["all-cloud"])
