@@ -99,6 +99,7 @@ class AnalysisConfig:
     fleet_gpus: int = _num(0, 10_000_000)
     bootstrap_resamples: int = _num(0, 1_000_000)
     bootstrap_seed: int = _num(0, None)
+    bootstrap_min_days: int = _num(2, 3650)
     confidence_level: float = _num(0.0, 1.0, above=True)
     sensitivity_fraction: float = _num(0.0, 0.99)
     growth_rates: tuple[float, ...] = _num(-0.99, 10.0)  # a fraction a year: 10 = 1000 %

@@ -121,7 +121,7 @@ def analyze_rollups(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
         held=demand["gpus_held"].to_numpy().astype(float),
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
-        day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
+        day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
         latency_sensitive=latency_sensitive, idle_w=idle_w, held_w=held_w,
         elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
@@ -139,11 +139,13 @@ def analyze_rollups(
     low = t.s_lower / t.w
     possible = branches_between(low, t.real_utilization, inputs)
 
-    days = daily(roll.gpu_hours)
+    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
     a = cfg.analysis
-    sample = _cost_sample(cfg, measured, block, days, a.bootstrap_resamples, a.bootstrap_seed)
+    # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
+    draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
+    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed)
     conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
-                                         sample), real_is_upper_bound=use.real_is_upper_bound)
+                                         sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
     tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
     sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
                        growth=growth_table(cfg, measured, a.growth_rates))

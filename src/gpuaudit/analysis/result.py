@@ -440,6 +440,9 @@ class Confidence:
     cheapest_shares: dict[str, float]  # share of resamples in which each scenario is the cheapest allowed
     cheapest_flip_share: float  # share of resamples in which another scenario is the cheapest
     real_is_upper_bound: bool = False  # real_utilization's interval is of an upper bound (duty cycle stood in)
+    # analysis.bootstrap_min_days; too_few_days: the trial has fewer days, so no interval is claimed (resamples 0)
+    min_days: int = 0
+    too_few_days: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from gpuaudit.analysis.config import Config
@@ -177,12 +178,28 @@ def add_months(day: dt.date, months: int) -> dt.date:
     raise AssertionError("unreachable")
 
 
+def day_index(seconds: pl.Expr, start_s: float, days: float) -> pl.Expr:
+    """The trial day (0, 1, …) a GPU-hour or bucket starting at `seconds` belongs to, counted the way the trial's
+    length is: 24-hour days from the hour the trial starts in, the last partial hour folded into the last day
+    (a 90.0-day trial that starts at 23:59 has 90 days, not the 91 UTC dates it touches)."""
+    first = math.floor(start_s / H) * H
+    last = max(math.ceil(days - 1e-9) - 1, 0)
+    return ((seconds - first) // 86400).clip(0, last).cast(pl.Int64)
+
+
+def day_of(seconds: np.ndarray, start_s: float, days: float) -> np.ndarray:
+    """day_index for a numpy array of seconds (the demand buckets)."""
+    first = math.floor(start_s / H) * H
+    last = max(math.ceil(days - 1e-9) - 1, 0)
+    return np.clip((np.asarray(seconds, dtype=float) - first) // 86400, 0, last).astype(np.int64)
+
+
 def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     g = roll.gpu_hours
     start, end = _ts(float(g["first_s"].min())), _ts(float(g["last_s"].max()))
     days = (end - start).total_seconds() / 86400
     sources = sorted(set(g["source_min"].drop_nulls().to_list()) | set(g["source_max"].drop_nulls().to_list()))
-    observed_days = g.select((pl.col("hour_s") // 86400).n_unique()).item()
+    observed_days = g.select(day_index(pl.col("hour_s"), start.timestamp(), days).n_unique()).item()
     return Trial(
         start=start, end=end, days=days, observed_days=int(observed_days),
         provisional=days < cfg.decision.provisional_below_days,
