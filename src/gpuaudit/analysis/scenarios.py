@@ -395,9 +395,19 @@ def _within(u: float | None) -> float | None:
     return None if u is None or u > 1.0 else u
 
 
+def margin(block: CostBlock, plan: str) -> tuple[float, float]:
+    """(the cost of `plan`, the cheapest other allowed plan's cost − it) in `block`: a margin above 0 means `plan`
+    is still the cheapest. Both move the right way with each input: a dearer cloud raises a plan that rents."""
+    own = total_of(block, plan)
+    others = [float(s.total.value or 0.0) for s in block.scenarios if s.allowed and not s.what_if and s.id != plan]
+    return own, (min(others) - own if others else 0.0)
+
+
 def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
+    plan = base.cheapest
+    base_plan, base_margin = margin(base, plan)
     rows = []
     for section, key, label, lo, hi in PARAMETERS:
         value = float(getattr(getattr(cfg, section), key))
@@ -409,10 +419,13 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
             ends[side] = (cost_block(moved, m, what_if=False), used)
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
+        (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
         rows.append({
             "parameter": label, "key": f"{section}.{key}", "base_value": value, "low_value": lv, "high_value": hv,
             "base_diff_usd": base_diff, "low_diff_usd": lo_diff, "high_diff_usd": hi_diff,
-            "swing_usd": abs(hi_diff - lo_diff),
+            "plan": plan, "base_plan_usd": base_plan, "low_plan_usd": lo_plan, "high_plan_usd": hi_plan,
+            "base_margin_usd": base_margin, "low_margin_usd": lo_margin, "high_margin_usd": hi_margin,
+            "swing_usd": abs(hi_margin - lo_margin),
             "cheapest_low": lb.cheapest, "cheapest_high": hb.cheapest,
             "break_even_low": _within(lb.break_even.held), "break_even_high": _within(hb.break_even.held),
             "changes_cheapest": lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
@@ -427,15 +440,23 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         Column("base_diff_usd", "USD", "all-cloud − cheapest owning scenario, configured inputs"),
         Column("low_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input low"),
         Column("high_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input high"),
-        Column("swing_usd", "USD", "|high − low|"),
+        Column("plan", "", "the recommended (cheapest) plan at the configured inputs"),
+        Column("base_plan_usd", "USD", "its cost, configured inputs"),
+        Column("low_plan_usd", "USD", "its cost, this input low"),
+        Column("high_plan_usd", "USD", "its cost, this input high"),
+        Column("base_margin_usd", "USD", "the cheapest other plan − it, configured inputs (> 0: it is cheapest)"),
+        Column("low_margin_usd", "USD", "the cheapest other plan − it, this input low"),
+        Column("high_margin_usd", "USD", "the cheapest other plan − it, this input high"),
+        Column("swing_usd", "USD", "|high margin − low margin|"),
         Column("cheapest_low", "", "cheapest allowed scenario, this input low"),
         Column("cheapest_high", "", "cheapest allowed scenario, this input high"),
         Column("break_even_low", "fraction", "break-even held-hour utilization, this input low (empty: never)"),
         Column("break_even_high", "fraction", "break-even held-hour utilization, this input high (empty: never)"),
         Column("changes_cheapest", "", "the cheapest scenario changes at either end"),
     )
-    return Table("tornado", f"Each input ±{pct} on its own (positive difference: owning is cheaper); inputs "
-                 "set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
+    return Table("tornado", f"Each input ±{pct} on its own: the recommended plan's cost and its margin over the "
+                 "runner-up (positive: it stays the cheapest), and all-cloud − the cheapest owning plan (positive: "
+                 "owning is cheaper); inputs set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
 
 
 def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:

@@ -591,21 +591,23 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
     t = s.tornado
     charts_: list[Chart] = []
     name = _col(t, "parameter", "price", "input", "key")
-    low = _col(t, "low_diff_usd", "diff_low_usd", "cloud_minus_onprem_low", "low_usd", "low")
-    high = _col(t, "high_diff_usd", "diff_high_usd", "cloud_minus_onprem_high", "high_usd", "high")
-    base = _col(t, "base_diff_usd", "diff_base_usd", "cloud_minus_onprem_base", "base_usd", "base")
-    if t.rows and name and low and high:
-        base_value = float(t.rows[0].get(base) or 0) if base else 0.0
+    # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
+    # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
+    low, high, base = "low_margin_usd", "high_margin_usd", "base_margin_usd"
+    if t.rows and name and low in t.rows[0]:
+        base_value = float(t.rows[0].get(base) or 0)
+        plan = _scenario(r, str(t.rows[0].get("plan", "")))
+        plan_name = (plan.label if plan else str(t.rows[0].get("plan", ""))).lower()
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
             charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
                            [float(x.get(high) or 0) for x in t.rows], base_value,
-                           "all-cloud minus cheapest owning scenario, USD",
+                           f"{plan_name}: margin over the next cheapest plan, USD",
                            f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
-            caption=f"All-cloud minus the cheapest owning scenario over the horizon with one input at "
-                    f"−{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the configured "
-                    "inputs. Above $0 owning is cheaper, below it renting is."))
+            caption=f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest plan over the "
+                    f"horizon, with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid "
+                    "line is the configured inputs. Below $0 another plan becomes the cheapest."))
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
     tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
