@@ -104,6 +104,7 @@ class AnalysisConfig:
     sensitivity_fraction: float = _num(0.0, 0.99)
     growth_rates: tuple[float, ...] = _num(-0.99, 10.0)  # a fraction a year: 10 = 1000 %
     stopped_reporting_after_hours: float = _num(0.0, 1e6)
+    consolidation_target: float = _num(0.0, 1.0, above=True)  # SM-weighted utilization to pack work to
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from gpuaudit import schema
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, load_config, preset_comments
+from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
@@ -22,6 +23,7 @@ from gpuaudit.analysis.result import (
     Assumption,
     BreakEven,
     Column,
+    Consolidation,
     Costs,
     DecisionInputs,
     Deployment,
@@ -36,6 +38,7 @@ from gpuaudit.analysis.scenarios import (
     Measured,
     cost_block,
     cost_draws,
+    fleet_series,
     growth_table,
     tornado,
     with_egress,
@@ -158,6 +161,7 @@ def analyze_rollups(
         tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
+    lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
     costs_ = _costs(cfg, block, measured)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
@@ -191,7 +195,22 @@ def analyze_rollups(
         assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
                                 fleet_gpus),
         warnings=tuple(warnings),
+        consolidation=lever,
     )
+
+
+def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,
+                   bd: Any) -> Consolidation:
+    """The consolidation lever on the fleet-scaled SM-weighted demand (scaled bucket by bucket as held demand is;
+    the elastic GPUs' share of it in proportion to their share of the held GPUs)."""
+    in_use = demand["gpus_in_use"].to_numpy().astype(float)
+    elastic = None
+    if m.elastic_held is not None:
+        elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
+    scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
+    rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
+    return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
+                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user)
 
 
 def _check_finite(t: ut.Totals) -> None:

@@ -456,6 +456,29 @@ class Assumption:
 
 
 @dataclass(frozen=True)
+class Consolidation:
+    """The biggest lever besides buy vs rent, never counted as "cheapest" (it changes how GPUs are held).
+
+    fits_on_gpus: ceil(peak SM-weighted demand ÷ target_utilization): the GPUs the measured work fits on with
+      1 − target headroom. peak_in_use_gpus: that peak (fleet-scaled GPUs in use). plan / plan_usd: owning that
+      many (on-prem) or renting the work at the target (cloud), present value over the horizon.
+      recommended_usd: the recommended plan's total; saving_usd = recommended_usd − plan_usd.
+    how: what gets there (ending idle allocations, MIG or time-slicing, autoscaling or packing);
+      top_idle_holders: the users holding the most idle-held GPU-hours.
+    """
+
+    fits_on_gpus: int
+    peak_in_use_gpus: float
+    target_utilization: float
+    plan: str
+    plan_usd: float
+    recommended_usd: float
+    saving_usd: float
+    how: tuple[str, ...]
+    top_idle_holders: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AnalysisResult:
     """Everything `gpuaudit analyze` knows. `to_dict()` is the documented JSON (docs/analyzer.md)."""
 
@@ -475,6 +498,7 @@ class AnalysisResult:
     confidence: Confidence
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
+    consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self)

@@ -200,6 +200,9 @@ def _verdict(r: Any) -> Verdict:
         _fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
         _cheapest_figure(r),
     ]
+    lever = _lever_figure(r)
+    if lever is not None:
+        figs.append(lever)
     reason = (f"the trial covers {r.trial.days:.1f} days, less than the minimum for a firm decision; "
               f"collect more data and re-run")
     return Verdict(
@@ -214,6 +217,20 @@ def _verdict(r: Any) -> Verdict:
         figures=tuple(figs),
         cost_note=_cost_note(r),
     )
+
+
+def _lever_figure(r: Any) -> KeyFigure | None:
+    """The consolidation lever beside the buy/rent answer: how many GPUs the work fits on, what that saves and
+    how (never part of "cheapest": it changes how GPUs are held)."""
+    c = getattr(r, "consolidation", None)
+    if c is None or c.saving_usd <= 0:
+        return None
+    how = "; ".join(c.how) if c.how else "pack the work onto fewer GPUs"
+    return KeyFigure(
+        "Biggest lever: consolidation (not in “cheapest”)",
+        f"the work fits on {c.fits_on_gpus:,} GPUs: {fmt.money(c.saving_usd)} less than the recommended plan",
+        f"ceil(peak SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target); "
+        f"{c.plan}: {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. How: {how}")
 
 
 def _cost_note(r: Any) -> str:
