@@ -316,7 +316,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
-    out = [_with_power(cfg, tl, s) for s in out]
+    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out])
     if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
@@ -333,6 +333,62 @@ def _with_power(cfg: Config, tl: costs.Timeline, s: Scenario) -> Scenario:
     if s.owned_gpus <= 0 or per_w <= 0:
         return s
     return dataclasses.replace(s, power_w_per_gpu=s.components.get("power", 0.0) / per_w)
+
+
+_MONTHLY = ("power", "maintenance", "staff", "space", "cloud_reserved", "cloud_flexible", "egress")
+
+
+def _cash(cfg: Config, tl: costs.Timeline, s: Scenario) -> tuple[np.ndarray, float, np.ndarray]:
+    """(cash per month, capex, cash per month without resale) of a scenario, from its present-value components:
+    monthly items are level (PV ÷ annuity), month-0 items are paid at once (capital bought up front, the value of
+    owned GPUs kept rather than sold, managed services' one-off), spread capital is paid in instalments over its
+    life, resale comes back in the last month."""
+    o, c = cfg.on_prem, s.components
+    months = max(tl.months, 1)
+    cash = np.zeros(months)
+    level = sum(c.get(k, 0.0) for k in _MONTHLY) + c.get("managed_services", 0.0) - (
+        cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
+    cash += level / tl.annuity if tl.annuity else 0.0
+    cash[0] += c.get("owned_value_kept", 0.0) + (cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
+    capex = 0.0
+    for key, life in (("hardware", o.amortization_years), ("networking", o.networking_amortization_years)):
+        pv = c.get(key, 0.0)
+        if pv <= 0:
+            continue
+        if o.capex_timing == "spread" and life > 0:
+            span = min(months, round(life * 12))
+            per = pv / tl.annuity_for(life * 12.0)
+            cash[:span] += per
+            capex += per * life * 12
+        else:
+            cash[0] += pv
+            capex += pv
+    without_resale = cash.copy()
+    cash[-1] += c.get("residual_value", 0.0) / tl.end if tl.end else 0.0
+    return cash, capex, without_resale
+
+
+def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
+    """Months until the plan's cumulative cash falls to renting's (linear within the month), or None."""
+    gap = np.cumsum(plan - rent)  # > 0: the plan has spent more so far
+    if gap.size == 0 or gap[-1] > 0:
+        return None
+    i = int(np.argmax(gap <= 0))
+    before = gap[i - 1] if i > 0 else 0.0
+    step = before - gap[i]
+    return float(i + (before / step if step > 0 else 0.0))
+
+
+def _with_cash(cfg: Config, tl: costs.Timeline, out: list[Scenario]) -> list[Scenario]:
+    cash = {s.id: _cash(cfg, tl, s) for s in out}
+    rent = cash.get("all-cloud")
+    done = []
+    for s in out:
+        flows, capex, plain = cash[s.id]
+        payback = _payback(plain, rent[2]) if rent is not None and s.components.get("hardware", 0.0) > 0 else None
+        done.append(dataclasses.replace(s, cash_usd_by_month=tuple(float(x) for x in flows), capex_usd=capex,
+                                        payback_months=payback))
+    return done
 
 
 def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:

@@ -553,7 +553,8 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
                          fmt.money(s.monthly_usd), fmt.money(s.total.value, exact=True)))
         return tuple(rows)
 
-    cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months")
+    cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "PV ÷ months (not cash)",
+            f"total, {months} months")
     rate = f"{c.discount_rate_per_year:.0%}/year"
     table = Table(columns=cols, rows=rows_of(base), numeric=(False, False, True, True, True, True),
                   caption=f"Present value per scenario over {months} months at {rate} (cost model preset: {c.preset})")
@@ -568,6 +569,19 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
                 "is still worth it)",
+    )
+    years = max(1, -(-months // 12))
+    cash = Table(
+        columns=("scenario", "capex", "payback vs all cloud", *[f"year {y + 1}" for y in range(years)]),
+        rows=tuple((s.label, fmt.money(s.capex_usd) if s.capex_usd else "—",
+                    (f"{s.payback_months:.1f} months" if s.payback_months is not None else
+                     f"not within {months} months" if s.capex_usd else "—"),
+                    *[fmt.money(sum(s.cash_usd_by_month[12 * y:12 * y + 12])) for y in range(years)])
+                   for s in base if s.cash_usd_by_month),
+        numeric=(False, True, True, *[True] * years),
+        caption="Cash, not present value: what each plan pays per year (capital when it is paid, resale back in the "
+                "last month); simple payback of each plan that buys hardware: the month its cumulative cash falls to "
+                "renting everything (resale left out)",
     )
     step("chart: cost per scenario")
     ids = [s.id for s in base]
@@ -598,7 +612,7 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
                      "disagree: the recommendation follows the cost model; check the prices in Method and "
                      "assumptions.")
     return Section("costs", f"Cost per scenario over {months} months", lead, tuple(figs), (chart,),
-                   (table, plans, comp), tuple(notes))
+                   (table, plans, comp, cash), tuple(notes))
 
 
 # -- 6. sensitivity ----------------------------------------------------------------------------------------
