@@ -415,7 +415,8 @@ def _when(r: Any, step: Callable[[str], None]) -> Section:
         charts_.append(Chart("hour-of-week", "Real utilization by hour of week",
                              charts.hour_of_week_heatmap(grid, "Real utilization by hour of week (UTC)"),
                              caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
-                                     "averaged over the trial."))
+                                     "averaged over the trial. The colour scale spans the lowest to the highest "
+                                     "cell (see the bar), not 0-100 %."))
     wk = b.per_week
     week = _col(wk, "week", "iso_week", "week_start")
     rt = _col(wk, "runtime_utilization")
