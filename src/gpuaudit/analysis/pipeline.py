@@ -160,7 +160,8 @@ def analyze_rollups(
         growth_flip=_growth_flip(sens.growth, block.cheapest),
         tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
     )
-    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
+    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
+                         block.fleet.existing)
     lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
     costs_ = _costs(cfg, block, measured)
     be = _break_even(block, t, use.real_is_upper_bound)

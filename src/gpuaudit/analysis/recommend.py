@@ -79,8 +79,39 @@ class Evidence:
     spread_usd: float = 0.0  # half the width of the day-resample interval of staying − the cheapest (0: none)
 
 
+def _gpus(n: float) -> str:
+    n = round(n, 1)
+    text = f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+    return f"{text} GPU" + ("" if n == 1 else "s")
+
+
+def action(s: Scenario, owned_today: int, months: int) -> str:
+    """The plan in counts, as a CFO would say it: what to sell, keep or buy, and what to reserve or rent."""
+    n, e = s.owned_gpus, owned_today
+    parts = []
+    if e > 0 and n < e:
+        parts.append(f"sell {e - n:,} of your {e:,} GPUs" if n > 0 else f"sell all {e:,} of your GPUs")
+    elif e > 0 and n > e:
+        parts.append(f"keep your {e:,} GPUs and buy {n - e:,} more")
+    elif n > e:
+        parts.append(f"buy {_gpus(n)}")
+    elif n > 0:
+        parts.append(f"keep your {e:,} GPUs")
+    hours = s.cloud_gpu_hours / (730.0 * months) if months else 0.0  # GPUs rented on average
+    if hours > 1e-9:
+        rest = "the rest" if n > 0 else "all of it"
+        if s.reserved_gpus > 1e-9:
+            parts.append(f"reserve {_gpus(s.reserved_gpus)} around the clock and rent {rest} flexibly (on average "
+                         f"{_gpus(hours)} rented)")
+        else:
+            parts.append(f"rent {rest} flexibly (on average {_gpus(hours)})")
+    elif n > 0 and not parts:
+        parts.append(f"own {_gpus(n)}")
+    return ", ".join(parts)
+
+
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
-              cheapest: str, possible: Sequence[Branch], ev: Evidence) -> Decision:
+              cheapest: str, possible: Sequence[Branch], ev: Evidence, owned_today: int = 0) -> Decision:
     by_id = {s.id: s for s in scenarios}
     best = by_id[cheapest]
     current = inputs.current
@@ -130,7 +161,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         reevaluate_on=trial.reevaluate_on, cheapest_scenario=cheapest, agrees_with_costs=agrees, headline=headline,
         possible_branches=tuple(tree), determined=determined, cost_branch=cost_branch,
         recommendation=recommendation, saving_usd=saving, versus_tree_usd=versus_tree, confidence=level,
-        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd,
+        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd, action=action(best, owned_today, months),
     )
 
 

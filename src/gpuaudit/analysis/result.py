@@ -266,6 +266,8 @@ class Decision:
     recommended_scenario: str = ""
     tie: bool = False
     tie_usd: float = 0.0
+    # the recommended plan said in counts: "sell 17 of your 64 GPUs, rent the rest flexibly"
+    action: str = ""
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,7 @@ class Scenario:
     # (capital paid up front in month 0, instalments over the hardware's life when spread, resale in the last
     # month); capex_usd: the new hardware and network bought; payback_months: for a plan that buys, when its
     # cumulative cash (resale left out) falls to all cloud's (simple payback; None: not within the horizon)
+    reserved_gpus: float = 0.0  # GPUs it reserves around the clock (what is cheaper reserved)
     cash_usd_by_month: tuple[float, ...] = ()
     capex_usd: float = 0.0
     payback_months: float | None = None

@@ -321,6 +321,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
+    reserved = {"stay-as-is": stay_k, "all-cloud": k_all, "hybrid": k_h}
+    out = [dataclasses.replace(s, reserved_gpus=float(reserved.get(s.id, 0.0))) for s in out]
     be = _break_even(cfg, tl, m, fl, held, power, all_cloud)
     return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
                      cheapest, sizing, be, plan, held, day, pack, power)

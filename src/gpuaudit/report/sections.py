@@ -82,6 +82,11 @@ def _fig(label: str, figure: Any, *, emphasis: bool = False, text: str | None = 
     return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
 
 
+def _explained(f: KeyFigure, words: str) -> KeyFigure:
+    """The figure with its jargon explained in front of its formula."""
+    return KeyFigure(f.label, f.text, f"{words} — {f.source}", f.emphasis)
+
+
 def _col(table: Any, *candidates: str) -> str | None:
     names = table.column_names()
     for c in candidates:
@@ -159,10 +164,11 @@ def _verdict(r: Any) -> Verdict:
     rec = d.recommendation
     current = str(d.inputs.current.value if hasattr(d.inputs.current, "value") else d.inputs.current)
     rule_branch = str(d.branch.value if hasattr(d.branch, "value") else d.branch)
-    if rec == "hybrid":
-        headline = f"Go hybrid: own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
-    else:
-        headline = _HEADLINES.get((rec, current), rec)
+    headline = "Go hybrid" if rec == "hybrid" else _HEADLINES.get((rec, current), rec)
+    if getattr(d, "action", ""):  # the plan in counts: what to sell, keep, buy, reserve and rent
+        headline += f": {d.action}"
+    elif rec == "hybrid":
+        headline += f": own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
     if not d.determined:
         headline += " (the utilization rule cannot tell: measure SM activity)"
     elif not d.agrees_with_costs:
@@ -196,8 +202,9 @@ def _verdict(r: Any) -> Verdict:
                 if u.real_is_upper_bound else _fig("Real utilization (SM active)", u.real_utilization, emphasis=True))
     figs = [
         real_fig,
-        _fig("Believed utilization (runtime hours)", u.runtime_utilization),
-        _fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        _fig("Believed (held-hour) utilization: hours a job held the GPU", u.runtime_utilization),
+        _explained(_fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+                   "believed − real utilization; pp = percentage points"),
         _cheapest_figure(r),
     ]
     lever = _lever_figure(r)
@@ -288,14 +295,14 @@ def _cheapest_figure(r: Any) -> KeyFigure:
 def _phantom_dollars(r: Any) -> tuple[float | None, float | None, str]:
     """Cost of the runtime hours without SM work, over the trial and per year, at the cloud rate."""
     u = r.utilization
-    rate = r.costs.cloud_effective_usd_per_gpu_hour.value
+    rate = r.costs.cloud_flexible_usd_per_gpu_hour.value  # what an hour released would save: one price card
     if u.runtime_gpu_hours.value is None or u.real_gpu_hours.value is None or rate is None:
         return None, None, ""
     idle = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
     trial_usd = idle * rate
     hours_observed = max(r.trial.days * 24, 1e-9)
     per_year = trial_usd * HOURS_PER_YEAR / hours_observed
-    formula = (f"(R − S) × cloud effective rate = {fmt.hours(idle)} × ${rate:,.2f}/GPU-h; "
+    formula = (f"(R − S) × the cloud flexible price (section 5) = {fmt.hours(idle)} × ${rate:,.2f}/GPU-h; "
                f"per year: × {HOURS_PER_YEAR:,.0f} h ÷ {hours_observed:,.0f} trial hours")
     return trial_usd, per_year, formula
 
@@ -308,11 +315,12 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
     if u.runtime_gpu_hours.value is not None and u.real_gpu_hours.value is not None:
         gap_hours = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
     figs = [
-        _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
+        _fig("Believed (held-hour) utilization R/W: hours a job held the GPU", u.runtime_utilization),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
-        _fig("Phantom gap R/W − S/W", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
-        KeyFigure("Phantom GPU-hours R − S", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
-                  "runtime GPU-hours minus real GPU-hours over the trial"),
+        _fig("Phantom gap R/W − S/W (pp = percentage points)", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        KeyFigure("Held but did no work (R − S)", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
+                  "held GPU-hours R minus SM-active GPU-hours S over the trial: the one measure of held time that "
+                  "did no work (section 2's idle-held hours are the part with the SMs fully idle)"),
         KeyFigure("Phantom gap in dollars (trial)", at_least_sign + fmt.money(trial_usd), formula),
         KeyFigure("… per year at this rate", at_least_sign + fmt.money(per_year), formula, emphasis=True),
         _fig("Efficiency while held S/R", u.efficiency_while_held),
@@ -362,7 +370,8 @@ _IDLE = ("idle_held_gpu_hours", "idle_held_h", "idle_held")
 def _waste(r: Any, step: Callable[[str], None]) -> Section:
     u, b = r.utilization, r.breakdowns
     figs = [
-        _fig("Idle-held GPU-hours", u.idle_held_gpu_hours, emphasis=True),
+        _fig("Idle-held GPU-hours: held with the SMs fully idle (part of section 1's held but did no work)",
+             u.idle_held_gpu_hours, emphasis=True),
         _fig("GPUs never used", u.never_used_count),
     ]
     charts_: list[Chart] = []
@@ -450,22 +459,27 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
     h, be, c = r.hybrid, r.break_even, r.costs
     hurdle = h.hurdle_gpus.value
     figs = [
-        KeyFigure("Hybrid: GPUs to own (best N ≥ 1)", f"{h.n_owning:,}",
-                  "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
-                  f"series ({h.demand_basis}); N* over N ≥ 0 is {h.n_star:,} (0 = renting everything is cheapest)",
+        KeyFigure("GPUs to own (the recommended plan)", f"{_owned_by_recommendation(r):,}",
+                  f"the owned GPUs of the recommended plan ({_recommended_label(r)}); the figures below are checks",
                   emphasis=True),
-        KeyFigure("Critical-fractile check", f"{h.critical_fractile_n:,}",
+        KeyFigure("Check: best hybrid (own N ≥ 1, rent above)", f"{h.n_owning:,}",
+                  "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
+                  f"series ({h.demand_basis}); the best N ≥ 0 (written N*) is {h.n_star:,} (0 = renting "
+                  "everything is cheapest)"),
+        KeyFigure("Check: critical fractile (fixed costs left out)", f"{h.critical_fractile_n:,}",
                   f"largest N with demand ≥ N at least c_own/c_cloud of the time (fixed costs left out; "
                   f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
                   "the best N ≥ 1"),
-        KeyFigure("Owning pays only above", "never at these prices" if hurdle is None else f"~{hurdle:,.1f} busy GPUs",
+        KeyFigure("Check: owning pays only above", "never at these prices" if hurdle is None
+                  else f"~{hurdle:,.1f} busy GPUs",
                   f"{h.hurdle_gpus.formula}; fixed costs {fmt.money(h.fixed_cost_usd)}"),
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
         _fig("Break-even held-hour utilization", be.held_utilization, emphasis=True,
              text="never (renting is cheaper even fully held)" if be.never else None),
-        KeyFigure("Measured held-hour utilization", fmt.pct(be.measured_held),
-                  "mean fleet-scaled GPUs held ÷ fleet GPUs: what the cloud would bill"),
+        KeyFigure("Measured held-hour (believed) utilization", fmt.pct(be.measured_held),
+                  "mean fleet-scaled GPUs held ÷ fleet GPUs: section 1's believed utilization R/W scaled to the "
+                  "fleet, what the cloud would bill"),
         _fig("… as real utilization at today's efficiency", be.real_equivalent,
              text="never" if be.never else None),
     ]
@@ -497,7 +511,8 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
                              charts.break_even_curve(grid, cloud, owned, be.measured_held,
                                                      None if be.never else u_star, "USD per GPU-year (PV)",
                                                      "held-hour utilization"),
-                             caption=f"Owning ({be.own_reference}): {fmt.money(be.own_usd)} over "
+                             caption=f"Owning ({_REFERENCE_WORDS.get(be.own_reference, be.own_reference)}): "
+                                     f"{fmt.money(be.own_usd)} over "
                                      f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
                                      f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
                                      "compute at today's held hours, in proportion to them; equal to owning at u* "
@@ -513,13 +528,40 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
                              caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N "
                                      "(N = 0: all cloud)."))
     tables = ()
-    verdict = "renting is cheaper" if be.verdict == "cloud" else "owning is cheaper"
+    whole = _REFERENCE_WORDS.get(be.own_reference, be.own_reference)
+    verdict = (f"renting all of it is cheaper than {whole}" if be.verdict == "cloud"
+               else f"{whole} is cheaper than renting all of it")
     lead = (f"Demand peaked at {fmt.unit_value(h.peak_demand.value, 'count')} GPUs and averaged "
-            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours: owning pays above "
-            f"{fmt.pct(u_star)} held-hour utilization; the fleet's is {fmt.pct(be.measured_held)}, so {verdict}.")
+            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours (a job holds the GPU, busy or not): "
+            f"{whole} ({c.fleet_gpus:,} GPUs) pays against renting all of its demand above "
+            f"{fmt.pct(u_star)} held-hour utilization (u*); the fleet's is {fmt.pct(be.measured_held)}, so {verdict}. "
+            f"This compares the two extremes; the recommended plan ({_recommended_label(r)}) is the cheapest of all "
+            "the plans, in section 5.")
     if be.never:
-        lead = "Renting is cheaper than owning even with every GPU held all the time, at these prices."
+        lead = (f"Renting all of the demand is cheaper than {whole} even with every GPU held all the time, at these "
+                f"prices; the recommended plan is {_recommended_label(r)}.")
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
+
+
+# What the break-even's own_reference means, in words (the result keeps the machine key).
+_REFERENCE_WORDS = {
+    "buy-the-fleet": "buying the whole fleet",
+    "keep-the-owned-fleet": "keeping the GPUs owned today",
+    "keep-owned-and-buy-the-rest": "keeping the GPUs owned today and buying the rest of the fleet",
+    "keep-the-fleet-sell-the-rest": "keeping the fleet's GPUs and selling the surplus",
+}
+
+
+def _recommended_label(r: Any) -> str:
+    sid = getattr(r.decision, "recommended_scenario", "") or r.costs.cheapest
+    s = _scenario(r, sid)
+    return (s.label if s else sid).lower()
+
+
+def _owned_by_recommendation(r: Any) -> int:
+    sid = getattr(r.decision, "recommended_scenario", "") or r.costs.cheapest
+    s = _scenario(r, sid)
+    return int(s.owned_gpus) if s else 0
 
 
 _DEMAND_LABELS = {"gpus_held": "GPUs held by a process", "gpus_in_use": "GPUs in use (SM-weighted)"}
@@ -591,9 +633,11 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
                                         ids.index(c.cheapest) if c.cheapest in ids else None,
                                         f"USD over {months} months (PV)"))
     figs = [
-        _fig("Cloud on-demand price per GPU-hour", c.cloud_usd_per_gpu_hour),
-        _fig("Cloud flexible price per GPU-hour", c.cloud_flexible_usd_per_gpu_hour),
-        _fig("Cloud reserved price per GPU-hour (24/7)", c.cloud_reserved_usd_per_gpu_hour),
+        _fig("Cloud on-demand list price per GPU-hour (the card the others derive from)", c.cloud_usd_per_gpu_hour),
+        _fig("Cloud flexible price per GPU-hour: every hour not reserved (bursts, waste in dollars)",
+             c.cloud_flexible_usd_per_gpu_hour),
+        _fig("Cloud reserved price per GPU-hour, billed 24/7: used only where cheaper than flexible",
+             c.cloud_reserved_usd_per_gpu_hour),
         _fig("Owned cost per GPU-hour (marginal)", c.owned_usd_per_gpu_hour),
         _fig(f"Power per GPU ({c.power_source})", c.power_w_per_gpu),
         KeyFigure("Fleet", f"{c.fleet_gpus:,} GPUs, {c.owned_gpus:,} owned",
