@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tests.helpers import REPO
-from tests.test_store import samples_frame
+from tests.store_helpers import samples_frame
 
 from gpuaudit import schema, store
 

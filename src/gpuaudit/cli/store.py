@@ -36,7 +36,8 @@ def sql(
     fmt: str = typer.Option("table", "--format", help="Output format: table, csv, json or parquet."),
     out: Path = typer.Option(None, "--out", "-o", help="Write the result to this file (required for parquet)."),
     views: bool = typer.Option(False, "--views", help="Print CREATE VIEW statements for the DuckDB CLI and exit."),
-    list_queries: bool = typer.Option(False, "--list", help="List the canned queries shipped with gpuaudit."),
+    list_queries: bool = typer.Option(False, "--list", help="List the canned user queries, a line each "
+                                     "(the analyzer's own sql/analysis_*.sql are not listed)."),
     data: Path = DataOption,
 ) -> None:
     """Query the dataset with SQL (DuckDB). Read-only: writes, ATTACH, COPY and SET are refused.
@@ -50,17 +51,18 @@ def sql(
 
     _warn_to_stderr()
     if list_queries:
-        for name in resources.sql_names():
-            typer.echo(name)
+        for name, about in resources.user_queries():
+            typer.echo(f"{name:<16} {about}")
         return
     root = data_source(data)
     if not store.dataset_exists(root):
         fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
-    from gpuaudit.analysis.stage1.streams import streams_views
+    from gpuaudit.analysis.stage1.streams import user_views
 
     # The connection can read the dataset's files, nothing else. It also sees the analyzer's de-duplicated
-    # streams, so the canned stage-1 queries run as they are (the analyzer materializes the same SQL as a table).
-    ds = store.open_dataset(root, strict=True, views=streams_views())
+    # streams and GPU-hours (`gpu_hours`), so the user queries agree with `analyze` and the canned stage-1
+    # queries run as they are (the analyzer materializes the same SQL as tables).
+    ds = store.open_dataset(root, strict=True, views=user_views())
     if views:
         typer.echo(ds.view_sql(), nl=False)
         return

@@ -15,8 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.analysis_helpers import T0, gpu_rows, write
 from tests.helpers import run_cli
-from tests.test_adversarial_store import _fragmented, count, raw_file
-from tests.test_store import samples_frame
+from tests.store_helpers import _fragmented, count, raw_file, samples_frame
 
 from gpuaudit import schema, store
 from gpuaudit.util import jsonio
