@@ -57,3 +57,18 @@ def test_a_plan_that_buys_has_cash_by_month_and_a_payback() -> None:
         -months / 12)
     assert pv == pytest.approx(own.total.value, rel=1e-9)
     assert rent.payback_months is None and rent.capex_usd == 0
+
+
+def test_selling_owned_gpus_brings_cash_back() -> None:
+    """Keeping owned GPUs pays nothing in cash; a plan that sells some receives their value in month 0."""
+    cfg = load_config()
+    rows = [r for g in range(8) for r in gpu_rows("n1", f"G-{g}", 48 * 12, interval_s=300, sm=0.1,
+                                                  procs=int(g < 2))]
+    r = analyze_rollups(rollups(rows), cfg)
+    s = {x.id: x for x in r.costs.scenarios}
+    o = cfg.on_prem
+    value = o.hardware_usd_per_gpu * (o.salvage_fraction + (1 - o.salvage_fraction)
+                                      * (1 - o.owned_age_years / o.amortization_years))
+    stay, cloud = s["stay-as-is"], s["all-cloud"]
+    assert stay.cash_usd_by_month[0] == pytest.approx(stay.cash_usd_by_month[1], rel=1e-9)  # nothing at month 0
+    assert cloud.cash_usd_by_month[0] == pytest.approx(cloud.cash_usd_by_month[1] - 8 * value, rel=1e-9)

@@ -99,7 +99,7 @@ def action(s: Scenario, owned_today: int, months: int) -> str:
         parts.append(f"keep your {e:,} GPUs")
     hours = s.cloud_gpu_hours / (730.0 * months) if months else 0.0  # GPUs rented on average
     if hours > 1e-9:
-        rest = "the rest" if n > 0 else "all of it"
+        rest = "the rest" if n > 0 else "what jobs hold"
         if s.reserved_gpus > 1e-9:
             parts.append(f"reserve {_gpus(s.reserved_gpus)} around the clock and rent {rest} flexibly (on average "
                          f"{_gpus(hours)} rented)")

@@ -294,9 +294,9 @@ class Scenario:
     # Board power per owned GPU its power cost is priced at: the measured power-vs-load relation at the load the
     # GPUs it keeps carry (None when it owns nothing)
     power_w_per_gpu: float | None = None
-    # Cash, not present value: what leaves (or, resale, comes back) each month of the horizon, month 0 first
-    # (capital paid up front in month 0, instalments over the hardware's life when spread, resale in the last
-    # month); capex_usd: the new hardware and network bought; payback_months: for a plan that buys, when its
+    # Cash, not present value: what leaves (or comes back: GPUs sold now, resale) each month of the horizon,
+    # month 0 first (capital paid up front in month 0, instalments over the hardware's life when spread, resale
+    # in the last month); capex_usd: the new hardware and network bought; payback_months: for a plan that buys, when its
     # cumulative cash (resale left out) falls to all cloud's (simple payback; None: not within the horizon)
     reserved_gpus: float = 0.0  # GPUs it reserves around the clock (what is cheaper reserved)
     cash_usd_by_month: tuple[float, ...] = ()

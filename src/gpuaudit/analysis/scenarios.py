@@ -316,7 +316,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
-    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out])
+    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl)
     if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
@@ -340,18 +340,20 @@ def _with_power(cfg: Config, tl: costs.Timeline, s: Scenario) -> Scenario:
 _MONTHLY = ("power", "maintenance", "staff", "space", "cloud_reserved", "cloud_flexible", "egress")
 
 
-def _cash(cfg: Config, tl: costs.Timeline, s: Scenario) -> tuple[np.ndarray, float, np.ndarray]:
+def _cash(cfg: Config, tl: costs.Timeline, s: Scenario, owned_value: float) -> tuple[np.ndarray, float, np.ndarray]:
     """(cash per month, capex, cash per month without resale) of a scenario, from its present-value components:
-    monthly items are level (PV ÷ annuity), month-0 items are paid at once (capital bought up front, the value of
-    owned GPUs kept rather than sold, managed services' one-off), spread capital is paid in instalments over its
-    life, resale comes back in the last month."""
+    monthly items are level (PV ÷ annuity), month-0 items are paid at once (capital bought up front, managed
+    services' one-off), the GPUs it sells now bring their value back in month 0 (`owned_value`: all owned GPUs at
+    today's value; keeping one pays nothing), spread capital is paid in instalments over its life, resale comes
+    back in the last month."""
     o, c = cfg.on_prem, s.components
     months = max(tl.months, 1)
     cash = np.zeros(months)
     level = sum(c.get(k, 0.0) for k in _MONTHLY) + c.get("managed_services", 0.0) - (
         cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
     cash += level / tl.annuity if tl.annuity else 0.0
-    cash[0] += c.get("owned_value_kept", 0.0) + (cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
+    sold = owned_value - c.get("owned_value_kept", 0.0)  # the PV model charges keeping; cash receives selling
+    cash[0] += -sold + (cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
     capex = 0.0
     for key, life in (("hardware", o.amortization_years), ("networking", o.networking_amortization_years)):
         pv = c.get(key, 0.0)
@@ -381,8 +383,9 @@ def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
     return float(i + (before / step if step > 0 else 0.0))
 
 
-def _with_cash(cfg: Config, tl: costs.Timeline, out: list[Scenario]) -> list[Scenario]:
-    cash = {s.id: _cash(cfg, tl, s) for s in out}
+def _with_cash(cfg: Config, tl: costs.Timeline, out: list[Scenario], fl: Fleet) -> list[Scenario]:
+    owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
+    cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
     rent = cash.get("all-cloud")
     done = []
     for s in out:
