@@ -611,7 +611,8 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
-                "is still worth it)",
+                "is still worth it; owned value kept: today's resale value of the owned GPUs a plan keeps, the "
+                "money keeping them forgoes)",
     )
     years = max(1, -(-months // 12))
     cash = Table(
