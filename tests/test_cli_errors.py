@@ -82,9 +82,9 @@ def test_agent_status_escapes_host_device_and_error_text(tmp_path: Path) -> None
 
 
 def store_safe(host: str) -> str:
-    from gpuaudit.agent.buffer import _safe
+    from gpuaudit.agent.instance import host_key
 
-    return _safe(host)
+    return host_key(host)
 
 
 def test_error_lines_escape_echoed_data(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def check_attribution(expected: dict[str, Any], procs: list[dict[str, Any]]) -> 
     pid = expected["pid"]
     mine = [p for p in procs if p.get("pid") == pid]
     if not mine:
-        listed = sorted({p.get("pid") for p in procs if p.get("pid") is not None})
+        listed = sorted({p["pid"] for p in procs if p.get("pid") is not None})
         return False, False, None, [
             f"the load's pid {pid} was not among the processes NVML listed on this GPU "
             f"({', '.join(map(str, listed)) or 'none'}): a PID namespace the driver does not share "
@@ -189,9 +189,9 @@ def compare(step: Step, sm_count: int, rows: list[dict[str, Any]], procs: list[d
         notes.append("no sample of this GPU in the step (it failed the NVML queries: see the log)")
     if sm is None and gpm and rows:
         notes.append("GPM gave no SM activity in this step")
-    if sm_ok is False:
+    if sm is not None and sm_ok is False:
         notes.append(f"SM activity {sm:.3f} is {sm - exp_sm:+.3f} from the expected {exp_sm:.3f}")
-    if duty_ok is False:
+    if duty is not None and duty_ok is False:
         notes.append(f"duty cycle {duty:.3f} is {duty - step.d:+.3f} from the expected {step.d:.2f}")
     measured = [ok for ok in (sm_ok, duty_ok) if ok is not None]
     passed = bool(rows) and bool(measured) and all(measured) and attr_ok
@@ -345,7 +345,7 @@ def run(config: SelftestConfig, env: Environment, *,
         expected_proc = expected_attribution(load.info)
         r.restart_interval()
         idle_rows, _ = r.collect(t, config.idle_s)
-        idle = {"power_w": _mean(idle_rows, "power_w"), "sm_active": _mean(idle_rows, "sm_active"),
+        idle: dict[str, Any] = {"power_w": _mean(idle_rows, "power_w"), "sm_active": _mean(idle_rows, "sm_active"),
                 "duty_cycle": _mean(idle_rows, "duty_cycle"), "before_load": before}
         steps = []
         plan = schedule(sm_count)

@@ -13,13 +13,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.hybrid import Sizing, size
-from gpuaudit.analysis.result import Column, Deployment, Figure, Scenario, Table
+from gpuaudit.analysis.result import (
+    BreakEvenCurveColumns,
+    CostScenario,
+    Deployment,
+    Figure,
+    GrowthColumns,
+    Table,
+    TableColumn,
+    TornadoColumns,
+)
 
 SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
 WHAT_IF_ORDER = ("all-cloud-if-packed", "all-on-prem-if-packed", "hybrid-if-packed")
@@ -172,7 +182,7 @@ class CostBlock:
     power_source: str
     owned_marginal: float  # a new GPU, $/h
     fleet: Fleet
-    scenarios: tuple[Scenario, ...]
+    scenarios: tuple[CostScenario, ...]
     cheapest: str
     sizing: Sizing
     break_even: BreakEvenCalc
@@ -195,14 +205,14 @@ def _first(parts: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: float(np.atleast_1d(v)[0]) for k, v in parts.items()}
 
 
-def is_cloud_used(s: Scenario) -> bool:
+def is_cloud_used(s: CostScenario) -> bool:
     return any(abs(s.components.get(k, 0.0)) > 1e-9 for k in _CLOUD_PARTS)
 
 
 def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, owned: int, parts: dict[str, float],
-              formula: str, tl: costs.Timeline, *, what_if: bool = False, allowed: bool = True) -> Scenario:
+              formula: str, tl: costs.Timeline, *, what_if: bool = False, allowed: bool = True) -> CostScenario:
     total = _sum(parts)
-    return Scenario(
+    return CostScenario(
         id=sid, label=label, description=description,
         cloud_gpu_hours=mean_cloud_gpus * costs.HOURS_PER_MONTH * tl.months, owned_gpus=owned,
         total=Figure(total, "USD", formula, "cost model (config) × the fleet-scaled demand series",
@@ -242,7 +252,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         w = power.watts(held if series is None else series, float(n))
         return _first(costs.owned_cost(cfg, tl, float(n), w, fl.existing, fl.age_years))
 
-    out: list[Scenario] = []
+    out: list[CostScenario] = []
     # stay as is
     if m.current is Deployment.ON_PREM:
         bill, stay_k, over = _cloud_of(cfg, tl, held - fl.existing, prices)
@@ -328,7 +338,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                      cheapest, sizing, be, plan, held, day, pack, power)
 
 
-def _with_power(cfg: Config, tl: costs.Timeline, s: Scenario) -> Scenario:
+def _with_power(cfg: Config, tl: costs.Timeline, s: CostScenario) -> CostScenario:
     """The scenario with the board power per owned GPU its power cost was priced at."""
     o = cfg.on_prem
     per_w = s.owned_gpus * o.pue * o.power_usd_per_kwh * costs.HOURS_PER_MONTH / 1000.0 * tl.annuity
@@ -340,7 +350,7 @@ def _with_power(cfg: Config, tl: costs.Timeline, s: Scenario) -> Scenario:
 _MONTHLY = ("power", "maintenance", "staff", "space", "cloud_reserved", "cloud_flexible", "egress")
 
 
-def _cash(cfg: Config, tl: costs.Timeline, s: Scenario, owned_value: float) -> tuple[np.ndarray, float, np.ndarray]:
+def _cash(cfg: Config, tl: costs.Timeline, s: CostScenario, owned_value: float) -> tuple[np.ndarray, float, np.ndarray]:
     """(cash per month, capex, cash per month without resale) of a scenario, from its present-value components:
     monthly items are level (PV ÷ annuity), month-0 items are paid at once (capital bought up front, managed
     services' one-off), the GPUs it sells now bring their value back in month 0 (`owned_value`: all owned GPUs at
@@ -383,7 +393,7 @@ def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
     return float(i + (before / step if step > 0 else 0.0))
 
 
-def _with_cash(cfg: Config, tl: costs.Timeline, out: list[Scenario], fl: Fleet) -> list[Scenario]:
+def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet) -> list[CostScenario]:
     owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
     cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
     rent = cash.get("all-cloud")
@@ -396,7 +406,7 @@ def _with_cash(cfg: Config, tl: costs.Timeline, out: list[Scenario], fl: Fleet) 
     return done
 
 
-def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
+def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str:
     """The cheapest allowed scenario (what-if scenarios never count); ties go to the earlier one."""
     pool = [s for s in scenarios if s.allowed and not s.what_if]
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
@@ -430,11 +440,41 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
 
 
+BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # held-hour utilizations the curve is drawn at
+
+
+def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> Table:
+    """Renting and owning per fleet GPU-year (present value) against held-hour utilization: renting k × today's
+    held demand costs fixed + k × compute, owning the fleet costs the same at any utilization, and the two meet
+    at u*. No rows when there is no finite break-even (nothing measured, or nothing to rent)."""
+    c = BreakEvenCurveColumns
+    rows: tuple[dict[str, float], ...] = ()
+    if b.held is not None and math.isfinite(b.held) and b.own_usd and fleet_gpus:
+        years = horizon_months / 12
+        owned = b.own_usd / fleet_gpus / years
+        per = fleet_gpus * years
+        rows = tuple(
+            {c.HELD_UTILIZATION: x,
+             c.CLOUD_USD_PER_GPU_YEAR: (b.rent_fixed_usd + b.rent_variable_usd * x / b.measured_held) / per
+             if b.measured_held > 0 else b.rent_fixed_usd / per,
+             c.OWNED_USD_PER_GPU_YEAR: owned}
+            for x in BREAK_EVEN_GRID
+        )
+    cols = (
+        TableColumn(c.HELD_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),
+        TableColumn(c.CLOUD_USD_PER_GPU_YEAR, "USD", "renting: (fixed part + compute bill × this utilization ÷ "
+                    "the measured one) ÷ fleet GPUs ÷ years"),
+        TableColumn(c.OWNED_USD_PER_GPU_YEAR, "USD", f"owning ({b.own_reference}): its total ÷ fleet GPUs ÷ years"),
+    )
+    return Table("break_even_curve", "Renting and owning per fleet GPU-year (present value) by held-hour "
+                 "utilization.", cols, rows, "cost model × fleet-scaled demand")
+
+
 def total_of(block: CostBlock, sid: str) -> float:
     return float(next(s.total.value for s in block.scenarios if s.id == sid) or 0.0)
 
 
-def best_owning(block: CostBlock) -> Scenario:
+def best_owning(block: CostBlock) -> CostScenario:
     """The cheapest allowed scenario that owns GPUs (stay-as-is counts only when today's fleet is owned)."""
     pool = [s for s in block.scenarios if s.id in OWNING and s.allowed and not s.what_if and s.owned_gpus > 0]
     return min(pool, key=lambda s: (s.total.value or 0.0, SCENARIO_ORDER.index(s.id)))
@@ -465,11 +505,12 @@ def margin(block: CostBlock, plan: str) -> tuple[float, float]:
 
 
 def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
+    T = TornadoColumns
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
     plan = base.cheapest
     base_plan, base_margin = margin(base, plan)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for section, key, label, lo, hi in PARAMETERS:
         value = float(getattr(getattr(cfg, section), key))
         if value == 0:
@@ -482,38 +523,38 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
         (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
         rows.append({
-            "parameter": label, "key": f"{section}.{key}", "base_value": value, "low_value": lv, "high_value": hv,
-            "base_diff_usd": base_diff, "low_diff_usd": lo_diff, "high_diff_usd": hi_diff,
-            "plan": plan, "base_plan_usd": base_plan, "low_plan_usd": lo_plan, "high_plan_usd": hi_plan,
-            "base_margin_usd": base_margin, "low_margin_usd": lo_margin, "high_margin_usd": hi_margin,
-            "swing_usd": abs(hi_margin - lo_margin),
-            "cheapest_low": lb.cheapest, "cheapest_high": hb.cheapest,
-            "break_even_low": _within(lb.break_even.held), "break_even_high": _within(hb.break_even.held),
-            "changes_cheapest": lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
+            T.PARAMETER: label, T.KEY: f"{section}.{key}", T.BASE_VALUE: value, T.LOW_VALUE: lv, T.HIGH_VALUE: hv,
+            T.BASE_DIFF_USD: base_diff, T.LOW_DIFF_USD: lo_diff, T.HIGH_DIFF_USD: hi_diff,
+            T.PLAN: plan, T.BASE_PLAN_USD: base_plan, T.LOW_PLAN_USD: lo_plan, T.HIGH_PLAN_USD: hi_plan,
+            T.BASE_MARGIN_USD: base_margin, T.LOW_MARGIN_USD: lo_margin, T.HIGH_MARGIN_USD: hi_margin,
+            T.SWING_USD: abs(hi_margin - lo_margin),
+            T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
+            T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),
+            T.CHANGES_CHEAPEST: lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
         })
-    rows.sort(key=lambda r: (-r["swing_usd"], r["parameter"]))
+    rows.sort(key=lambda r: (-r[T.SWING_USD], r[T.PARAMETER]))
     pct = f"{fraction:.0%}"
     cols = (
-        Column("parameter", "", "input moved"), Column("key", "", "config key"),
-        Column("base_value", "", "configured value"),
-        Column("low_value", "", f"value × {1 - fraction:g} (clamped to its range)"),
-        Column("high_value", "", f"value × {1 + fraction:g} (clamped to its range)"),
-        Column("base_diff_usd", "USD", "all-cloud − cheapest owning scenario, configured inputs"),
-        Column("low_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input low"),
-        Column("high_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input high"),
-        Column("plan", "", "the recommended (cheapest) plan at the configured inputs"),
-        Column("base_plan_usd", "USD", "its cost, configured inputs"),
-        Column("low_plan_usd", "USD", "its cost, this input low"),
-        Column("high_plan_usd", "USD", "its cost, this input high"),
-        Column("base_margin_usd", "USD", "the cheapest other plan − it, configured inputs (> 0: it is cheapest)"),
-        Column("low_margin_usd", "USD", "the cheapest other plan − it, this input low"),
-        Column("high_margin_usd", "USD", "the cheapest other plan − it, this input high"),
-        Column("swing_usd", "USD", "|high margin − low margin|"),
-        Column("cheapest_low", "", "cheapest allowed scenario, this input low"),
-        Column("cheapest_high", "", "cheapest allowed scenario, this input high"),
-        Column("break_even_low", "fraction", "break-even held-hour utilization, this input low (empty: never)"),
-        Column("break_even_high", "fraction", "break-even held-hour utilization, this input high (empty: never)"),
-        Column("changes_cheapest", "", "the cheapest scenario changes at either end"),
+        TableColumn(T.PARAMETER, "", "input moved"), TableColumn(T.KEY, "", "config key"),
+        TableColumn(T.BASE_VALUE, "", "configured value"),
+        TableColumn(T.LOW_VALUE, "", f"value × {1 - fraction:g} (clamped to its range)"),
+        TableColumn(T.HIGH_VALUE, "", f"value × {1 + fraction:g} (clamped to its range)"),
+        TableColumn(T.BASE_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, configured inputs"),
+        TableColumn(T.LOW_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input low"),
+        TableColumn(T.HIGH_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input high"),
+        TableColumn(T.PLAN, "", "the recommended (cheapest) plan at the configured inputs"),
+        TableColumn(T.BASE_PLAN_USD, "USD", "its cost, configured inputs"),
+        TableColumn(T.LOW_PLAN_USD, "USD", "its cost, this input low"),
+        TableColumn(T.HIGH_PLAN_USD, "USD", "its cost, this input high"),
+        TableColumn(T.BASE_MARGIN_USD, "USD", "the cheapest other plan − it, configured inputs (> 0: it is cheapest)"),
+        TableColumn(T.LOW_MARGIN_USD, "USD", "the cheapest other plan − it, this input low"),
+        TableColumn(T.HIGH_MARGIN_USD, "USD", "the cheapest other plan − it, this input high"),
+        TableColumn(T.SWING_USD, "USD", "|high margin − low margin|"),
+        TableColumn(T.CHEAPEST_LOW, "", "cheapest allowed scenario, this input low"),
+        TableColumn(T.CHEAPEST_HIGH, "", "cheapest allowed scenario, this input high"),
+        TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),
+        TableColumn(T.BREAK_EVEN_HIGH, "fraction", "break-even held-hour utilization, this input high (empty: never)"),
+        TableColumn(T.CHANGES_CHEAPEST, "", "the cheapest scenario changes at either end"),
     )
     return Table("tornado", f"Each input ±{pct} on its own: the recommended plan's cost and its margin over the "
                  "runner-up (positive: it stays the cheapest), and all-cloud − the cheapest owning plan (positive: "
@@ -521,22 +562,23 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
 
 
 def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
+    G = GrowthColumns
     rows = []
     tl = costs.timeline(cfg)
     for g in rates:
         b = cost_block(cfg, m, growth=g, what_if=False)
-        row: dict[str, object] = {"growth_per_year": g, "demand_factor": tl.mean_growth(g)}
+        row: dict[str, object] = {G.GROWTH_PER_YEAR: g, G.DEMAND_FACTOR: tl.mean_growth(g)}
         for s in b.scenarios:
-            row[f"{s.id.replace('-', '_')}_usd"] = s.total.value
-        row["cheapest"] = b.cheapest
-        row["hybrid_gpus"] = b.plan.n_hybrid
+            row[G.scenario_usd(s.id)] = s.total.value
+        row[G.CHEAPEST] = b.cheapest
+        row[G.HYBRID_GPUS] = b.plan.n_hybrid
         rows.append(row)
     cols = (
-        Column("growth_per_year", "fraction", "demand growth per year"),
-        Column("demand_factor", "", "demand multiplier averaged over the horizon (months weighted by discount)"),
-        *(Column(f"{sid.replace('-', '_')}_usd", "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
-        Column("cheapest", "", "cheapest allowed scenario"),
-        Column("hybrid_gpus", "GPUs", "GPUs the hybrid scenario owns (best N ≥ 1) at this growth"),
+        TableColumn(G.GROWTH_PER_YEAR, "fraction", "demand growth per year"),
+        TableColumn(G.DEMAND_FACTOR, "", "demand multiplier averaged over the horizon (months weighted by discount)"),
+        *(TableColumn(G.scenario_usd(sid), "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
+        TableColumn(G.CHEAPEST, "", "cheapest allowed scenario"),
+        TableColumn(G.HYBRID_GPUS, "GPUs", "GPUs the hybrid scenario owns (best N ≥ 1) at this growth"),
     )
     return Table("growth", "Scenario totals when demand grows (average multiplier over the horizon).", cols,
                  tuple(rows), "cost model rerun per growth rate")

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 import pynvml as _real
 
@@ -176,7 +176,7 @@ class FakeNvml:
         self.unit_of: list[list[int]] = []  # gpu index -> unit ids
         for spec in prof.gpus:
             ids = []
-            for _ in spec.mig or [None]:
+            for _ in range(len(spec.mig or ()) or 1):  # one unit per MIG instance, or the whole GPU
                 ids.append(len(self.units))
                 self.units.append(_Unit())
             self.unit_of.append(ids)
@@ -217,7 +217,7 @@ class FakeNvml:
         for u in self.units:
             u.t = t
 
-    def _raise(self, error: str) -> None:
+    def _raise(self, error: str) -> NoReturn:
         raise getattr(_real, f"NVMLError_{error}")()
 
     def _enter(self, fn: str, handle: _Handle | None = None) -> None:
@@ -313,7 +313,7 @@ class FakeNvml:
         self._enter("nvmlDeviceGetGpuInstanceId", handle)
         if handle.gi_id is None:
             self._raise("InvalidArgument")
-        return handle.gi_id  # type: ignore[return-value]
+        return handle.gi_id
 
     def nvmlDeviceGetAttributes(self, handle: _Handle) -> Any:
         self._enter("nvmlDeviceGetAttributes", handle)
