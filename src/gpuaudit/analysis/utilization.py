@@ -522,9 +522,9 @@ NO_ELASTIC = Elastic(frozenset(), 0, 0.0, 0.0, 0.0)
 
 def elastic(roll: Rollups, demand: pl.DataFrame) -> Elastic:
     e = roll.elastic_gpus
-    peak = float(demand["elastic_gpus_reporting"].max() or 0.0) if demand.height else 0.0
+    peak = _num(demand["elastic_gpus_reporting"].max() or 0.0) if demand.height else 0.0
     return Elastic(frozenset(e["gpu_uuid"].to_list()), int(e["gpu_uuid"].n_unique()),
-                   float(e["gpu_fraction"].sum() or 0.0), peak, float(e["observed_s"].sum() or 0.0) / H)
+                   _num(e["gpu_fraction"].sum() or 0.0), peak, _num(e["observed_s"].sum() or 0.0) / H)
 
 
 def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,

@@ -609,7 +609,7 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 "money keeping them forgoes)",
     )
     years = max(1, -(-months // 12))
-    cash = Table(
+    cash = ReportTable(
         columns=("scenario", "capex", "payback vs all cloud", *[f"year {y + 1}" for y in range(years)]),
         rows=tuple((s.label, fmt.money(s.capex_usd) if s.capex_usd else "—",
                     (f"{s.payback_months:.1f} months" if s.payback_months is not None else
