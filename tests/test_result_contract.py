@@ -131,7 +131,7 @@ READ_BY_THE_REPORT = [
     ("breakdowns.demand_duration", "share_of_hours"),
     ("break_even.curve", "cloud_usd_per_gpu_year"),  # break-even curve
     ("hybrid.curve", "total_usd"),  # hybrid cost curve
-    ("sensitivity.tornado", "low_diff_usd"),  # tornado
+    ("sensitivity.tornado", "low_margin_usd"),  # tornado (the recommended plan's margin since issue 17)
 ]
 
 
@@ -183,7 +183,7 @@ def test_the_phantom_figures_and_the_demand_curve_come_from_the_analysis(result:
     s_hours = 10 * 9 * 0.6 + 14 * 2 * 0.3 + 14 * 10 * 0.9
     u, c = result.utilization, result.costs
     assert u.phantom_gpu_hours.value == pytest.approx(r_hours - s_hours)  # 566 − 188.4
-    rate = c.cloud_effective_usd_per_gpu_hour.value
+    rate = c.cloud_flexible_usd_per_gpu_hour.value  # one cloud price per use, on its card (issue 17)
     assert rate is not None
     assert c.phantom_usd.value == pytest.approx((r_hours - s_hours) * rate)
     assert c.phantom_usd_per_year.value == pytest.approx((r_hours - s_hours) * rate * 8766 / (14 * 24))
