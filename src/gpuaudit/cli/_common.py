@@ -224,6 +224,9 @@ def log_warnings() -> None:
         return
     handler = _StderrHandler()
     handler.setFormatter(_EscapingFormatter())
+    # gpuaudit's own records and Python's warnings: a library's chatter (urllib3's "Retrying ...") is not ours
+    # to show; its outcome is, in gpuaudit's words.
+    handler.addFilter(lambda r: r.name == "gpuaudit" or r.name.startswith(("gpuaudit.", "py.warnings")))
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.captureWarnings(True)
