@@ -25,6 +25,7 @@ demo: $(STAMP)
 
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/pytest -n 2 -q
 
 lint: $(DEVSTAMP)

@@ -43,7 +43,8 @@ class CgroupInfo:
 def cgroup_paths(text: str) -> list[str]:
     """The cgroup paths of a /proc/<pid>/cgroup file (v1 `id:controllers:path`, v2 `0::path`),
     the v2 line first: it is the authoritative one on a hybrid host."""
-    v2, v1 = [], []
+    v2: list[str] = []
+    v1: list[str] = []
     for line in text.splitlines():
         parts = line.strip().split(":", 2)
         if len(parts) != 3:

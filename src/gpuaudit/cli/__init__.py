@@ -37,7 +37,7 @@ def _root(
 
 
 # Each module adds its commands to `app` on import.
-from gpuaudit.cli import agent, analyze, importer, push, report, simulate, store  # noqa: E402,F401
+from gpuaudit.cli import agent, analyze, importer, push, report, selftest, simulate, store  # noqa: E402,F401
 
 
 def main() -> None:

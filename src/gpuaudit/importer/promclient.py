@@ -114,7 +114,7 @@ class _CappedAdapter(HTTPAdapter):
                 raise ResponseTooLarge(total)
             chunks.append(chunk)
         response._content = b"".join(chunks)  # what requests itself sets when it reads the body
-        response._content_consumed = True
+        response._content_consumed = True  # type: ignore[attr-defined]  # private, not in the stubs
         return response
 
 
@@ -161,7 +161,7 @@ class PromClient:
         headers = {"Authorization": f"Bearer {t.bearer_token}"} if t.bearer_token else None
         auth = (t.user, t.password or "") if t.user is not None else None
         self.pc = PrometheusConnect(url=t.url, headers=headers, auth=auth, retry=retry, session=session,
-                                    timeout=t.timeout_s)  # type: ignore[arg-type]
+                                    timeout=t.timeout_s)
         # Replaces the adapter PrometheusConnect mounted for this URL: the same retries, plus the size cap.
         session.mount(self.pc.url, _CappedAdapter(t.max_response_bytes, max_retries=retry))
         if t.insecure:

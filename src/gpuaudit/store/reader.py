@@ -215,7 +215,7 @@ class Dataset:
         base = remote.as_url(self.root) or str(Path(self.root).resolve())
         out = ["SET TimeZone = 'UTC';"]
         for table, view in schema.VIEW_NAMES.items():
-            pattern = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
+            pattern: Sequence[Path] | str = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
             out.append(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table, pattern)};")
         return "\n".join(out) + "\n"
 

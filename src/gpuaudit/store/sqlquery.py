@@ -213,6 +213,7 @@ def _fits_python(column: Any) -> bool:
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         per_s = (1 / day_s if pa.types.is_date32(t) else 1000 if pa.types.is_date64(t)
                  else {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}[t.unit])
+        extremes: Any  # {"min": ..., "max": ...} or None (pyarrow-stubs type this struct scalar as a list)
         try:
             extremes = pc.min_max(column.cast(pa.int32() if pa.types.is_date32(t) else pa.int64())).as_py()
         except pa.ArrowException:
@@ -352,8 +353,8 @@ def format_csv(table: Any, *, escape: bool = False) -> str:
         t = f.type
         if (pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t) or pa.types.is_binary(t)
                 or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or isinstance(t, pa.ExtensionType)):
-            text = [None if v is None else _csv_cell(v) for v in table.column(i).to_pylist()]
-            table = table.set_column(i, f.name, pa.array(text, pa.string()))
+            cells = [None if v is None else _csv_cell(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, f.name, pa.array(cells, pa.string()))
     buf = io.BytesIO()
     pacsv.write_csv(table, buf)
     text = buf.getvalue().decode("utf-8")

@@ -168,7 +168,7 @@ def _frame_parts(df: pl.DataFrame) -> list[_Part]:
 
     if df.height == 0:
         return []
-    ts = pl.col("ts").dt.convert_time_zone("UTC") if df.schema["ts"].time_zone else pl.col("ts")
+    ts = pl.col("ts").dt.convert_time_zone("UTC") if getattr(df.schema["ts"], "time_zone", None) else pl.col("ts")
     runs = df.select(pl.struct(pl.col("host"), ts.dt.date().alias(_DATE_COL)).rle().alias("r")).unnest("r")
     keys = [(v["host"], v[_DATE_COL].isoformat()) for v in runs["value"].to_list()]
     if len(set(keys)) == len(keys):
