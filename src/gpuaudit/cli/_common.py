@@ -203,10 +203,10 @@ class _EscapingFormatter(logging.Formatter):
         return f"gpuaudit: {level}: {printable(record.getMessage())}"
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """Writes to whatever sys.stderr is when a record comes (a test runner swaps it between commands)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

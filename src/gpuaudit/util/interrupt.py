@@ -55,7 +55,7 @@ def run_stoppable(call: Callable[[], T], interrupt: Callable[[], Any], *, timeou
         raise
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
 
 
 def _stop(interrupt: Callable[[], Any], done: threading.Event) -> None:
