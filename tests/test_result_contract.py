@@ -49,7 +49,7 @@ DOCUMENTED: dict[str, list[str]] = {
                            "hybrid_usd", "cheapest", "hybrid_gpus"],
 }
 
-CONSTANTS: dict[str, type[R._Names]] = {
+CONSTANTS: dict[str, type[R.ColumnNames]] = {
     "breakdowns.per_node": R.PerNodeColumns, "breakdowns.per_gpu": R.PerGpuColumns,
     "breakdowns.per_user": R.PerUserColumns, "breakdowns.per_job": R.PerJobColumns,
     "breakdowns.per_pod": R.PerPodColumns, "breakdowns.hour_of_week": R.HourOfWeekColumns,

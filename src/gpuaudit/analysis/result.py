@@ -117,7 +117,7 @@ class Table:
 # the documented JSON, and tests/test_result_contract.py says so.
 
 
-class _Names:
+class ColumnNames:
     """A namespace of column-name constants (UPPER_CASE str attributes, inherited ones first)."""
 
     @classmethod
@@ -128,7 +128,7 @@ class _Names:
         return tuple(dict.fromkeys(out.values()))
 
 
-class WrsColumns(_Names):
+class WrsColumns(ColumnNames):
     """The W/R/S figures every utilization breakdown (per node, per GPU, hour of week, per week) carries."""
 
     OBSERVED_GPU_HOURS: ClassVar[str] = "observed_gpu_hours"
@@ -157,7 +157,7 @@ class PerGpuColumns(WrsColumns):
     NEVER_USED: ClassVar[str] = "never_used"
 
 
-class HolderColumns(_Names):
+class HolderColumns(ColumnNames):
     """What per_user, per_job and per_pod carry next to their key (`user`, `job`, `pod`)."""
 
     RUNTIME_GPU_HOURS: ClassVar[str] = "runtime_gpu_hours"
@@ -191,7 +191,7 @@ class PerWeekColumns(WrsColumns):
     GPUS: ClassVar[str] = "gpus"
 
 
-class DemandColumns(_Names):
+class DemandColumns(ColumnNames):
     HOUR: ClassVar[str] = "hour"
     GPUS_HELD: ClassVar[str] = "gpus_held"
     PEAK_GPUS_HELD: ClassVar[str] = "peak_gpus_held"
@@ -200,12 +200,12 @@ class DemandColumns(_Names):
     GPUS_REPORTING: ClassVar[str] = "gpus_reporting"
 
 
-class DemandDurationColumns(_Names):
+class DemandDurationColumns(ColumnNames):
     GPUS_HELD: ClassVar[str] = "gpus_held"  # a level of the hourly demand
     SHARE_OF_HOURS: ClassVar[str] = "share_of_hours"  # share of hours with demand at or above it
 
 
-class GpuCoverageColumns(_Names):
+class GpuCoverageColumns(ColumnNames):
     """DataQuality.gpus."""
 
     HOST: ClassVar[str] = "host"
@@ -218,7 +218,7 @@ class GpuCoverageColumns(_Names):
     STOPPED_REPORTING: ClassVar[str] = "stopped_reporting"
 
 
-class HybridCurveColumns(_Names):
+class HybridCurveColumns(ColumnNames):
     N: ClassVar[str] = "n"
     OWNED_USD: ClassVar[str] = "owned_usd"
     CLOUD_USD: ClassVar[str] = "cloud_usd"
@@ -226,13 +226,13 @@ class HybridCurveColumns(_Names):
     CLOUD_GPU_HOURS: ClassVar[str] = "cloud_gpu_hours"
 
 
-class BreakEvenCurveColumns(_Names):
+class BreakEvenCurveColumns(ColumnNames):
     HELD_UTILIZATION: ClassVar[str] = "held_utilization"
     CLOUD_USD_PER_GPU_YEAR: ClassVar[str] = "cloud_usd_per_gpu_year"
     OWNED_USD_PER_GPU_YEAR: ClassVar[str] = "owned_usd_per_gpu_year"
 
 
-class TornadoColumns(_Names):
+class TornadoColumns(ColumnNames):
     PARAMETER: ClassVar[str] = "parameter"
     KEY: ClassVar[str] = "key"
     BASE_VALUE: ClassVar[str] = "base_value"
@@ -249,7 +249,7 @@ class TornadoColumns(_Names):
     CHANGES_CHEAPEST: ClassVar[str] = "changes_cheapest"
 
 
-class GrowthColumns(_Names):
+class GrowthColumns(ColumnNames):
     """Sensitivity.growth: these, and one `scenario_usd(id)` column per scenario."""
 
     GROWTH_PER_YEAR: ClassVar[str] = "growth_per_year"
