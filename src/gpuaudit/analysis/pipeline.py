@@ -14,6 +14,7 @@ from gpuaudit import schema
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, load_config, preset_comments
+from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
@@ -22,6 +23,7 @@ from gpuaudit.analysis.result import (
     AnalysisResult,
     Assumption,
     BreakEven,
+    Consolidation,
     Costs,
     DecisionInputs,
     Deployment,
@@ -41,6 +43,7 @@ from gpuaudit.analysis.scenarios import (
     break_even_curve,
     cost_block,
     cost_draws,
+    fleet_series,
     growth_table,
     tornado,
     with_egress,
@@ -117,14 +120,21 @@ def analyze_rollups(
     use = ut.utilization(roll, t)
     demand, bucket_s = ut.demand_series(roll)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
-    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
+    # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
+    el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
+    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
 
+    idle_w, held_w = ut.power_by_load(roll)
     measured = Measured(
         w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
         held=demand["gpus_held"].to_numpy().astype(float),
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
-        day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / 3600.0,
+        day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / 3600.0,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
+        latency_sensitive=latency_sensitive, idle_w=idle_w, held_w=held_w,
+        elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
+        elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
+        elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
     )
     block = cost_block(cfg, measured)
 
@@ -137,11 +147,13 @@ def analyze_rollups(
     low = t.s_lower / t.w
     possible = branches_between(low, t.real_utilization, inputs)
 
-    days = daily(roll.gpu_hours)
+    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
     a = cfg.analysis
-    sample = _cost_sample(cfg, measured, block, days, a.bootstrap_resamples, a.bootstrap_seed)
+    # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
+    draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
+    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed)
     conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
-                                         sample), real_is_upper_bound=use.real_is_upper_bound)
+                                         sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
     tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
     sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
                        growth=growth_table(cfg, measured, a.growth_rates))
@@ -152,8 +164,11 @@ def analyze_rollups(
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
+        tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
     )
-    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
+    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
+                         block.fleet.existing)
+    lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
     costs_ = _costs(cfg, block, measured, tr.days)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
@@ -187,7 +202,22 @@ def analyze_rollups(
         assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
                                 fleet_gpus),
         warnings=tuple(warnings),
+        consolidation=lever,
     )
+
+
+def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,
+                   bd: Any) -> Consolidation:
+    """The consolidation lever on the fleet-scaled SM-weighted demand (scaled bucket by bucket as held demand is;
+    the elastic GPUs' share of it in proportion to their share of the held GPUs)."""
+    in_use = demand["gpus_in_use"].to_numpy().astype(float)
+    elastic = None
+    if m.elastic_held is not None:
+        elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
+    scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
+    rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
+    return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
+                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user)
 
 
 def _check_finite(t: ut.Totals) -> None:
@@ -199,24 +229,41 @@ def _check_finite(t: ut.Totals) -> None:
 
 
 def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int) -> CostSample:
-    ids = [s.id for s in block.scenarios if not s.what_if]
+    ids = [s.id for s in block.scenarios if not s.what_if or s.id == "all-cloud"]
     by_id = {s.id: s for s in block.scenarios}
     day_ids = days["day"].to_numpy().astype(np.int64)
     idx = resample_index(len(day_ids), resamples, seed) if resamples and len(day_ids) else np.zeros((0, 0), int)
     draws = cost_draws(cfg, m, block, idx, day_ids).totals if idx.size else np.zeros((0, len(ids)))
     owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
     return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
-                      np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
+                      np.array([by_id[i].allowed and not by_id[i].what_if for i in ids]), owning, block.cheapest)
+
+
+def _spread(sample: CostSample, level: float) -> float:
+    """Half the width of the day-resample interval of staying as is − the cheapest scenario (0 without
+    resamples): how far the model's own answer moves with the days observed."""
+    if not sample.draws.size or "stay-as-is" not in sample.ids or sample.cheapest not in sample.ids:
+        return 0.0
+    d = sample.draws[:, sample.ids.index("stay-as-is")] - sample.draws[:, sample.ids.index(sample.cheapest)]
+    d = d[np.isfinite(d)]
+    if not d.size:
+        return 0.0
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(d, [tail, 100 - tail])
+    return float(hi - lo) / 2
 
 
 def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
-    ok = m.reporting > 1e-9
-    scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
-    phantom = max(m.r - m.s, 0.0) * p.blended
-    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_effective_usd_per_gpu_hour"
+    fl = block.fleet
+    steady_rep = m.reporting - (m.elastic_reporting if fl.elastic > 0 and m.elastic_reporting is not None else 0.0)
+    ok = steady_rep > 1e-9
+    scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
+    # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
+    phantom = max(m.r - m.s, 0.0) * p.flexible
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
@@ -257,7 +304,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Cos
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
-        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud effective rate", phantom_src,
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud flexible price", phantom_src,
                            "What the held GPU time that did no work would cost in the cloud, over the trial."),
         phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
                                     f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,

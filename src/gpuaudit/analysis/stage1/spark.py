@@ -14,6 +14,7 @@ any PySpark program (e.g. `--driver-memory 8g pyspark-shell`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -244,5 +245,5 @@ def load_rollups(root: Path | str) -> Rollups:
         rejected = engine._run(views.rejected_rows)
     finally:
         engine.close()
-    return Rollups(roll.gpu_hours, roll.demand, roll.holders, tuple(f"{p}: {why}" for p, why in views.skipped),
-                   tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
+    return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in views.skipped),
+                               rejected_rows=tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
