@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +16,7 @@ import duckdb
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance, remote
+from gpuaudit.store import conformance, readers, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
 
@@ -75,7 +76,10 @@ def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Pa
     if not base.is_dir():
         return good, bad
     for part_dir in sorted(base.glob("host=*/date=*")):
-        names = sorted(os.listdir(part_dir))
+        try:
+            names = readers.stable_names(part_dir)
+        except FileNotFoundError:
+            continue
         hidden = hidden_names(part_dir, names)
         for name in names:
             if not name.endswith(".parquet") or name in hidden:
@@ -84,6 +88,11 @@ def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Pa
             problem = parquet_problem(f)
             (bad.append((f, problem)) if problem else good.append(f))
     return good, bad
+
+
+# Listings and reruns of one query when the dataset keeps changing under it (readers.py): each rerun follows a
+# writer's publish, so this bounds a pathological writer, never a normal compaction.
+MAX_RELISTS = 50
 
 
 # The column read_parquet adds with each row's file (for rejected_rows): a name no file has, as a foreign file
@@ -103,10 +112,75 @@ class Dataset:
     types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
     values_checked: set[Any] = field(default_factory=set)  # files conformance.percent_files has passed
     locked: bool = False  # see lock_down
+    threads: int | None = None
+    extra_views: list[tuple[str, str]] = field(default_factory=list)  # open_dataset's `views`
+    read_hold: int | None = None  # the shared read lock (readers.hold) while open
+    relists: int = 0  # times the dataset was listed again because it changed under a query
 
     def _skip(self, path: Path, reason: str, what: str = "unreadable file") -> None:
+        if (path, reason) in self.skipped:  # listed again (a relist): said once
+            return
         self.skipped.append((path, reason))
         log.warning("skipping %s %s: %s", what, path, reason)
+
+    def _list(self) -> None:
+        """Take the snapshot: every table's files, listed under the publish lock (readers.listing)."""
+        url = remote.as_url(self.root)
+        with contextlib.nullcontext() if url else readers.listing(Path(self.root)):
+            listed = {table: table_files(self.root, table) for table in schema.TABLES}
+        for table, (good, bad) in listed.items():
+            self.files[table] = good
+            for path, reason in bad:
+                self._skip(path, reason)
+
+    def _vanished(self) -> list[Any]:
+        """Files of the snapshot that are gone now: compacted away, replaced by an import, pruned by a push
+        (readers.py), never damage. Local: a stat each; s3://: one listing per table."""
+        url = remote.as_url(self.root)
+        if url:
+            gone: list[Any] = []
+            for table, files in self.files.items():
+                good, bad = remote.table_files(url, table)
+                now = set(good) | {p for p, _ in bad}
+                gone += [f for f in files if f not in now]
+            return gone
+        out = []
+        for files in self.files.values():
+            for f in files:
+                try:
+                    os.stat(f)
+                except FileNotFoundError:
+                    out.append(f)
+                except OSError:
+                    pass
+        return out
+
+    def _relist(self, gone: Sequence[Any]) -> None:
+        """List again and bind the views to the new snapshot. A locked connection (lock_down) cannot be allowed new
+        files: it is replaced by a new one, locked the same way (it holds no state of its own: `gpuaudit sql`)."""
+        self.relists += 1
+        if self.relists > MAX_RELISTS:
+            raise GpuauditError(f"the dataset at {self.root} kept changing while it was read (listed "
+                                f"{self.relists} times); run the query again once the writer is done")
+        log.info("the dataset changed while it was read (%d file(s) gone, e.g. %s: compacted, replaced or pruned); "
+                 "reading it again", len(gone), gone[0] if gone else "?")
+        self._list()
+        if self.locked:
+            self.con.close()
+            self.con = connect(self.threads)
+            url = remote.as_url(self.root)
+            if url:
+                remote.register(self.con, url)
+            self.locked = False
+            self._bind_views()
+            self._add_extra_views()
+            self.lock_down()
+        else:
+            self._bind_views()
+
+    def _add_extra_views(self) -> None:
+        for name, sql in self.extra_views:
+            self.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
 
     def _create_views(self) -> None:
         # Creating a view binds its files' schemas, so a damaged footer can surface here already.
@@ -227,10 +301,19 @@ class Dataset:
                     rebind = False
                 return run()
             except duckdb.PermissionException as e:  # only after lock_down
+                # DuckDB takes a vanished file for a pattern to expand, which the lock refuses.
+                gone = self._vanished()
+                if gone:
+                    self._relist(gone)
+                    continue
                 raise GpuauditError(f"refused: the query reaches outside the dataset ({first_line(e)})") from e
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
                 raise GpuauditError(f"query failed: {first_line(e)}") from e  # the query, not a file
             except duckdb.Error as e:
+                gone = self._vanished()
+                if gone:  # a writer's doing, not damage: a new snapshot, the query again
+                    self._relist(gone)
+                    continue
                 named = self._file_in_error(str(e))
                 # A file the error names is left out only if it fails on its own too: a query that reads a
                 # healthy file another way (read_csv of a Parquet file) fails, not the file.
@@ -270,6 +353,8 @@ class Dataset:
 
     def close(self) -> None:
         self.con.close()
+        readers.release(self.read_hold)
+        self.read_hold = None
 
     def __enter__(self) -> Dataset:
         return self
@@ -287,17 +372,19 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
     (name, SQL) views over `samples` / `processes` the caller adds before the lock-down (`gpuaudit sql` adds the
     analyzer's de-duplicated streams; the store knows nothing of the analysis)."""
     url = remote.as_url(root)
-    ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC))  # type: ignore[arg-type]
+    ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC),  # type: ignore[arg-type]
+                 threads=threads, extra_views=list(views))
     if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)
         remote.register(ds.con, url)
-    for table in schema.TABLES:
-        good, bad = table_files(ds.root, table)
-        ds.files[table] = good
-        for path, reason in bad:
-            ds._skip(path, reason)
-    ds._create_views()
-    for name, sql in views:
-        ds.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-    if strict:
-        ds.lock_down()
+    else:  # writers keep the files this reader lists until it closes (readers.py)
+        ds.read_hold = readers.hold(Path(root))
+    try:
+        ds._list()
+        ds._create_views()
+        ds._add_extra_views()
+        if strict:
+            ds.lock_down()
+    except BaseException:
+        ds.close()
+        raise
     return ds
