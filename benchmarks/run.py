@@ -24,8 +24,9 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end.
-AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet")
+# spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end;
+# concurrency: readers during a compaction and a push prune of >= 3,000 small files.
+AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet", "concurrency")
 
 
 def machine() -> str:

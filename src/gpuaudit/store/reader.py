@@ -112,6 +112,7 @@ class Dataset:
     types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
     values_checked: set[Any] = field(default_factory=set)  # files conformance.percent_files has passed
     locked: bool = False  # see lock_down
+    must_lock: bool = False  # lock_down was asked for: every connection this dataset opens is locked
     threads: int | None = None
     extra_views: list[tuple[str, str]] = field(default_factory=list)  # open_dataset's `views`
     read_hold: int | None = None  # the shared read lock (readers.hold) while open
@@ -165,7 +166,7 @@ class Dataset:
         log.info("the dataset changed while it was read (%d file(s) gone, e.g. %s: compacted, replaced or pruned); "
                  "reading it again", len(gone), gone[0] if gone else "?")
         self._list()
-        if self.locked:
+        if self.must_lock:  # even when the last attempt failed half-way, before it could lock the new connection
             self.con.close()
             self.con = connect(self.threads)
             url = remote.as_url(self.root)
@@ -270,6 +271,7 @@ class Dataset:
         """From now on the connection reads the dataset's files and nothing else: no other file, no network,
         no extension, no writing anywhere, and no setting can be changed back (DuckDB's own enforcement,
         whatever the SQL). For `gpuaudit sql`, which runs a user's query."""
+        self.must_lock = True
         if self.locked:
             return
         self.con.execute("SET allowed_paths = ?",
@@ -294,8 +296,12 @@ class Dataset:
         """Run `run()`; when DuckDB fails on one of our files (damage the cheap header/footer check
         missed), drop that file with a warning and try again."""
         rebind = False
+        gone: list[Any] = []  # files of the snapshot a writer removed: list again (inside the try: it may race too)
         while True:
             try:
+                if gone:
+                    self._relist(gone)
+                    gone, rebind = [], False
                 if rebind:  # inside the try: another damaged file can surface while binding
                     self._bind_views()
                     rebind = False
@@ -304,7 +310,6 @@ class Dataset:
                 # DuckDB takes a vanished file for a pattern to expand, which the lock refuses.
                 gone = self._vanished()
                 if gone:
-                    self._relist(gone)
                     continue
                 raise GpuauditError(f"refused: the query reaches outside the dataset ({first_line(e)})") from e
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
@@ -312,7 +317,6 @@ class Dataset:
             except duckdb.Error as e:
                 gone = self._vanished()
                 if gone:  # a writer's doing, not damage: a new snapshot, the query again
-                    self._relist(gone)
                     continue
                 named = self._file_in_error(str(e))
                 # A file the error names is left out only if it fails on its own too: a query that reads a
