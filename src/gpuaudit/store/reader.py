@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,29 +66,128 @@ def parquet_problem(path: Path) -> str | None:
     return None
 
 
-def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+_DATE_RE = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
+# (path, why, what) of a path a listing leaves out although it looks like data: named, never read
+Excluded = list[tuple[Path, str, str]]
+
+
+def _partitions(base: Path, excluded: Excluded) -> list[Path]:
+    """The table's host=*/date=YYYY-MM-DD directories. A date= directory whose value is not a date (DuckDB would
+    fail every query reading `date`) and a Parquet file directly under host= are named in `excluded`."""
+    out = []
+    for host_dir in sorted(base.glob("host=*")):
+        try:
+            names = sorted(os.listdir(host_dir))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            path = host_dir / name
+            if name.startswith("date="):
+                m = _DATE_RE.fullmatch(name)
+                try:
+                    ok = m is not None and bool(date.fromisoformat(m.group(1)))
+                except ValueError:
+                    ok = False
+                if ok:
+                    out.append(path)
+                else:
+                    excluded.append((path, "not a date=YYYY-MM-DD partition; its files are not read", "directory"))
+            elif name.endswith(".parquet"):
+                excluded.append((path, "not inside a date=YYYY-MM-DD partition of its host; not read", "file"))
+    return out
+
+
+def _outside(path: Path, root_real: str) -> str | None:
+    """Where a symlink leads when that is outside the data root (None: not a link, or one within the root)."""
+    if not os.path.islink(path):
+        return None
+    real = os.path.realpath(path)
+    return None if real == root_real or real.startswith(root_real + os.sep) else real
+
+
+def _copies(files: Sequence[Path]) -> dict[Path, Path]:
+    """{exact copy: the file it copies} among one partition's files (the first name of each content is kept).
+    Cheap: only files of equal size are compared, by their footers first (which hold every column's min and
+    max), and by their whole content only when those are equal too."""
+    by_size: dict[int, list[Path]] = {}
+    for f in files:
+        try:
+            by_size.setdefault(os.stat(f).st_size, []).append(f)
+        except OSError:
+            continue
+    out: dict[Path, Path] = {}
+    digests: dict[Path, bytes] = {}
+
+    def digest(f: Path) -> bytes:
+        if f not in digests:
+            digests[f] = hashlib.sha256(f.read_bytes()).digest()
+        return digests[f]
+
+    for same in by_size.values():
+        if len(same) < 2:
+            continue
+        kept: list[tuple[bytes, Path]] = []  # (footer, file) of each distinct content so far
+        for f in same:
+            try:
+                foot = _footer(f)
+                first = next((g for gf, g in kept if gf == foot and digest(g) == digest(f)), None)
+            except OSError:
+                continue
+            if first is None:
+                kept.append((foot, f))
+            else:
+                out[f] = first
+    return out
+
+
+def _footer(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-8, os.SEEK_END)
+        n = int.from_bytes(f.read(4), "little")
+        f.seek(-8 - n, os.SEEK_END)
+        return f.read(n)
+
+
+def table_files(root: Path | str, table: str, excluded: Excluded | None = None
+                ) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(readable files, [(unreadable file, reason)]) of one table. One directory listing per partition:
-    a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs)."""
+    a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs).
+    Left out and named in `excluded` (else logged): directories and files outside the layout, symlinks out of
+    the data root (never followed), and exact copies of another file of the partition (counted once)."""
     url = remote.as_url(root)
     if url:
         return remote.table_files(url, table)  # type: ignore[return-value]
     base = Path(root) / table
     good: list[Path] = []
     bad: list[tuple[Path, str]] = []
+    out: Excluded = [] if excluded is None else excluded
     if not base.is_dir():
         return good, bad
-    for part_dir in sorted(base.glob("host=*/date=*")):
+    root_real = os.path.realpath(root)
+    for part_dir in _partitions(base, out):
         try:
             names = readers.stable_names(part_dir)
         except FileNotFoundError:
             continue
         hidden = hidden_names(part_dir, names)
+        mine = []
         for name in names:
             if not name.endswith(".parquet") or name in hidden:
                 continue
             f = part_dir / name
+            where = _outside(f, root_real)
+            if where:
+                out.append((f, f"a symlink to {where}, outside the data root; not followed", "link"))
+                continue
             problem = parquet_problem(f)
-            (bad.append((f, problem)) if problem else good.append(f))
+            (bad.append((f, problem)) if problem else mine.append(f))
+        for copy, first in _copies(mine).items():
+            mine.remove(copy)
+            out.append((copy, f"an exact copy of {first}; its rows are counted once", "duplicate file"))
+        good += mine
+    if excluded is None:
+        for path, why, what in out:
+            log.warning("skipping %s %s: %s", what, path, why)
     return good, bad
 
 
@@ -127,12 +228,15 @@ class Dataset:
     def _list(self) -> None:
         """Take the snapshot: every table's files, listed under the publish lock (readers.listing)."""
         url = remote.as_url(self.root)
+        excluded: Excluded = []
         with contextlib.nullcontext() if url else readers.listing(Path(self.root)):
-            listed = {table: table_files(self.root, table) for table in schema.TABLES}
+            listed = {table: table_files(self.root, table, excluded) for table in schema.TABLES}
         for table, (good, bad) in listed.items():
             self.files[table] = good
             for path, reason in bad:
                 self._skip(path, reason)
+        for path, reason, what in excluded:
+            self._skip(path, reason, what)
 
     def _vanished(self) -> list[Any]:
         """Files of the snapshot that are gone now: compacted away, replaced by an import, pruned by a push
@@ -201,7 +305,9 @@ class Dataset:
         for table, files in self.files.items():
             for f in list(files):
                 missing = conformance.missing_required(table, self.types.get(f))
+                other = conformance.other_table(table, self.types.get(f))
                 why = (f"missing required column(s) {', '.join(missing)}" if missing else
+                       f"has the columns of a {other} file, not {table} rows" if other else
                        "; ".join(conformance.type_problems(table, self.types.get(f))))
                 if why:
                     files.remove(f)
