@@ -12,6 +12,7 @@ running vs during the compaction.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,7 +28,8 @@ if str(REPO) not in sys.path:
 
 COUNT = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM processes)"
 MIN_READS = 20
-FRESH_THREADS = 2  # fresh readers at once, besides the one kept open
+FRESH_THREADS = 1  # fresh `sql`-style readers at once
+HELD_READERS = 2  # readers opened before the writer starts, each queried in a loop
 
 
 def _fig(figure: str, value: Any, unit: str, baseline: str | None, baseline_value: Any, ratio: Any,
@@ -87,10 +89,10 @@ def _read(root: Path) -> tuple[tuple[int, int], float, int, int]:
         return (row[0], row[1]), time.perf_counter() - t0, len(ds.skipped), ds.relists
 
 
-def _loop_while(proc: subprocess.Popen[bytes], root: Path, held: Any, truth: tuple[int, int]
+def _loop_while(proc: subprocess.Popen[bytes], root: Path, held: list[Any], truth: tuple[int, int]
                 ) -> dict[str, Any]:
-    """Read `root` until `proc` exits, every count against `truth`: fresh `sql`-style reads in one thread and,
-    in another, queries through `held` (a reader opened before `proc` started)."""
+    """Read `root` until `proc` exits, every count against `truth`: fresh `sql`-style reads in FRESH_THREADS
+    threads and, each in a thread of its own, queries through the readers `held` (opened before `proc`)."""
     fresh: list[tuple[tuple[int, int], float, int, int]] = []
     held_counts: list[tuple[int, int]] = []
     errors: list[BaseException] = []
@@ -102,23 +104,45 @@ def _loop_while(proc: subprocess.Popen[bytes], root: Path, held: Any, truth: tup
         except BaseException as e:  # reported below: a failed read is a failed benchmark
             errors.append(e)
 
+    def held_reads(ds: Any) -> None:
+        try:
+            while proc.poll() is None:
+                n = ds.fetchall(COUNT)[0]
+                held_counts.append((int(n[0]), int(n[1])))
+        except BaseException as e:
+            errors.append(e)
+
     threads = [threading.Thread(target=fresh_reads) for _ in range(FRESH_THREADS)]
+    threads += [threading.Thread(target=held_reads, args=(ds,)) for ds in held]
     for t in threads:
         t.start()
-    try:
-        while held is not None and proc.poll() is None:
-            n = held.fetchall(COUNT)[0]
-            held_counts.append((int(n[0]), int(n[1])))
-    finally:
-        for t in threads:
-            t.join()
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]
     seen = [c for c, *_ in fresh] + held_counts
     return {"reads": len(seen), "fresh": len(fresh), "held": len(held_counts),
             "exact": sum(c == truth for c in seen), "skipped": sum(s for _, _, s, _ in fresh),
-            "relists": sum(r for *_, r in fresh) + (held.relists if held is not None else 0),
+            "relists": sum(r for *_, r in fresh) + sum(ds.relists for ds in held),
             "min_samples": min((c[0] for c in seen), default=0), "latency": [t for _, t, _, _ in fresh]}
+
+
+def _compaction(root: Path, truth: tuple[int, int]) -> dict[str, Any]:
+    """`gpuaudit compact` of `root` while it is read; also how many replaced files it kept for the readers."""
+    from gpuaudit import store
+
+    held = [store.open_dataset(root) for _ in range(HELD_READERS)]  # opened before the compaction
+    t0 = time.perf_counter()
+    proc = _cli("compact", "--data", str(root))
+    try:
+        out = _loop_while(proc, root, held, truth)
+    finally:
+        for ds in held:
+            ds.close()
+    out["seconds"] = time.perf_counter() - t0
+    assert proc.wait() == 0, proc.stderr.read().decode() if proc.stderr else ""
+    out["kept"] = len(list(root.glob("gpu_*/*/*/agent-*.parquet")))
+    return out
 
 
 def _env() -> dict[str, str]:
@@ -132,6 +156,7 @@ def _cli(*args: str) -> subprocess.Popen[bytes]:
 
 def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     from gpuaudit import push, store
+    from gpuaudit.store import readers
 
     min_files = 400 if quick else 3000
     node, central = work / "node", work / "central"
@@ -142,44 +167,49 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     push_s = time.perf_counter() - t_push
     idle = [_read(node)[1] for _ in range(2)]
 
-    held = store.open_dataset(node)  # opened before the compaction: keeps its snapshot
-    t0 = time.perf_counter()
-    proc = _cli("compact", "--data", str(node))
-    during = _loop_while(proc, node, held, truth)
-    compact_s = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    held.close()
-    assert proc.returncode == 0, err
-    kept = len(list(node.glob("gpu_*/*/*/agent-*.parquet")))
+    # First compaction ever (no lock files yet: the readers cannot hold the files, they list again), then the
+    # same files where an earlier compaction left the lock files (the readers hold the replaced files).
+    again = work / "node-again"
+    shutil.copytree(node, again, symlinks=True)
+    readers.prepare(again)
+    first = _compaction(node, truth)
+    held_round = _compaction(again, truth)
+    _cli("compact", "--data", str(again)).wait()  # no reader open now: removes what the first one kept
+    left = len(list(again.glob("gpu_*/*/*/agent-*.parquet")))
 
     # The push that ships the merged files and prunes the flushes from the collection directory, read meanwhile.
-    held = store.open_dataset(central)
+    held = [store.open_dataset(central) for _ in range(HELD_READERS)]
     proc = _cli("push", "--data", str(node), "--to", str(central))
     prune = _loop_while(proc, central, held, truth)
-    held.close()
+    for ds in held:
+        ds.close()
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.returncode == 0, err
     after_prune = len(list(central.glob("gpu_*/*/*/agent-*.parquet")))
     subprocess.run([sys.executable, "-m", "gpuaudit", "push", "--data", str(node), "--to", str(central)],
                    check=True, env=_env(), stdout=subprocess.DEVNULL)  # no reader now: prunes what was kept
     pruned_later = after_prune - len(list(central.glob("gpu_*/*/*/agent-*.parquet")))
-    _cli("compact", "--data", str(node)).wait()  # no reader open now: removes what the first one kept
-    left = len(list(node.glob("gpu_*/*/*/agent-*.parquet")))
-
-    lat = statistics.median(during["latency"]) if during["latency"] else float("nan")
+    both = first["latency"] + held_round["latency"]
+    lat = statistics.median(both) if both else float("nan")
     idle_s = statistics.median(idle)
     size = f"{files:,} small files ({n_samples:,} sample + {n_procs:,} process rows)"
+
+    def reads(r: dict[str, Any], what: str) -> dict[str, Any]:
+        return _fig(f"reads during `gpuaudit compact` of {size}, {what}, that saw the exact row count",
+                    r["exact"], "reads", "reads during the compaction", r["reads"], r["exact"] / max(r["reads"], 1),
+                    f"every read exact, >= {MIN_READS} reads", r["exact"] == r["reads"] >= MIN_READS,
+                    f"{r['fresh']} fresh `sql`-style reads (open, locked down, count both views) + {r['held']} "
+                    f"through {HELD_READERS} readers opened before the compaction; fewest sample rows seen "
+                    f"{r['min_samples']:,} of {n_samples:,}; files called unreadable: {r['skipped']}; relists: "
+                    f"{r['relists']}; replaced files kept for the readers: {r['kept']}; "
+                    f"compaction {r['seconds']:.0f} s")
+
     return [
-        _fig(f"reads during `gpuaudit compact` of {size} that saw the exact row count", during["exact"], "reads",
-             "reads during the compaction", during["reads"], during["exact"] / max(during["reads"], 1),
-             f"every read exact, >= {MIN_READS} reads", during["exact"] == during["reads"] >= MIN_READS,
-             f"{during['fresh']} fresh `sql`-style reads (open, locked down, count both views) + {during['held']} "
-             f"through a reader opened before the compaction; fewest sample rows seen {during['min_samples']:,} of "
-             f"{n_samples:,}; files called unreadable: {during['skipped']}; relists: {during['relists']}; "
-             f"compaction {compact_s:.0f} s"),
-        _fig("replaced files kept while a reader was open, then removed by the next compaction", kept, "files",
-             "files before the compaction", files, None, "0 left after a compaction with no reader open",
-             left == 0, f"{left} left after the second `gpuaudit compact`"),
+        reads(first, "the first ever (no lock files: readers list again)"),
+        reads(held_round, "lock files present (readers hold the replaced files)"),
+        _fig("replaced files kept while readers were open, then removed by the next compaction", held_round["kept"],
+             "files", "files before the compaction", files, None, "0 left after a compaction with no reader open",
+             left == 0, f"{left} left after the next `gpuaudit compact`"),
         _fig("read latency during the compaction (median)", lat, "s", "same read, nothing else running",
              idle_s, lat / idle_s if idle_s else None, None, None,
              "a fresh open lists and checks every file (footers), so it grows with the file count"),
