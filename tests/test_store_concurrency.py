@@ -179,3 +179,14 @@ def test_a_damaged_file_is_still_skipped_and_named(node: Node) -> None:
         rows = ds.query("SELECT * FROM samples")
         assert [p for p, _ in ds.skipped] == [victim] and ds.relists == 0
         assert isinstance(rows, pl.DataFrame)
+
+
+def test_rejected_rows_after_a_compaction_count_the_new_listing(node: Node) -> None:
+    """The analyzer's last step compares the rows it saw with the files' footers: after a compaction replaced
+    the listed files it must use the new listing, not fail on the old one."""
+    _flushed(node)
+    samples, processes = _truth(node)
+    with store.open_dataset(node.root) as ds:
+        store.compact(node.root)
+        assert ds.rejected_rows({schema.SAMPLES: samples, schema.PROCESSES: processes}) == []
+        assert ds.rejected_rows() == [] and ds.skipped == [] and ds.relists == 1

@@ -296,14 +296,13 @@ class Agent:
             now = self.mono()
             try:
                 stamp = self.stamper.stamp()
-                if Stamper.refused(stamp):  # rows readers would refuse: not written, said once
+                refused = Stamper.refused(stamp)
+                if refused:  # rows readers would refuse: not written, said once
                     if not self.clock_skipped:
                         event("clock_invalid", logging.ERROR, now=stamp.isoformat(),
                               hint=f"the wall clock is before {schema.TS_MIN}; set it (NTP): intervals are skipped")
                     self.clock_skipped += 1
-                    rows, procs = [], []
-                else:
-                    rows, procs = self.sampler.sample(stamp) if self.sampler.units else ([], [])
+                rows, procs = self.sampler.sample(stamp) if self.sampler.units and not refused else ([], [])
             except DriverGone as e:
                 event("driver_gone", logging.WARNING, error=str(e))
                 self.nvml.shutdown()

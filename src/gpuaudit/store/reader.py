@@ -353,20 +353,21 @@ class Dataset:
             if not self.files[table]:
                 continue
             if shown is not None and table in shown:
-                listing = "[" + ", ".join(sql_str(str(f)) for f in self.files[table]) + "]"
-                every = self.fetchall(f"SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata({listing})")[0][0]
+                every = self._fetch(lambda t=table: (
+                    "SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata(["
+                    + ", ".join(sql_str(str(f)) for f in self.files[t]) + "])"))[0][0]
                 seen = shown[table]
             else:
                 # Counting first is cheap (footers, and only the filtered columns): most datasets reject nothing.
-                every, seen = self.fetchall(
-                    f"SELECT (SELECT count(*) FROM ({self.view_select(table, reasons=True)})), "
-                    f"(SELECT count(*) FROM {schema.VIEW_NAMES[table]})")[0]
+                every, seen = self._fetch(lambda t=table: (
+                    f"SELECT (SELECT count(*) FROM ({self.view_select(t, reasons=True)})), "
+                    f"(SELECT count(*) FROM {schema.VIEW_NAMES[t]})"))[0]
             if every == seen:
                 continue
-            rows = self.fetchall(
+            rows = self._fetch(lambda t=table: (
                 "SELECT reason, count(*) AS n, min(filename), count(DISTINCT filename) "
-                f"FROM ({self.view_select(table, reasons=True)}) WHERE reason IS NOT NULL "
-                "GROUP BY reason ORDER BY n DESC, reason")
+                f"FROM ({self.view_select(t, reasons=True)}) WHERE reason IS NOT NULL "
+                "GROUP BY reason ORDER BY n DESC, reason"))
             for reason, n, example, nfiles in rows:
                 where = example if nfiles == 1 else f"{nfiles} files, e.g. {example}"
                 log.warning("excluded %d %s rows: %s (in %s)", n, table, reason, where)
@@ -449,6 +450,10 @@ class Dataset:
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run `sql` against the views and return a polars DataFrame."""
         return self._retry(lambda: self.con.sql(sql, params=params or None).pl())
+
+    def _fetch(self, build: Any) -> list[tuple[Any, ...]]:
+        """fetchall of the SQL `build()` makes from the current listing, made again after a relist."""
+        return self._retry(lambda: self.con.sql(build()).fetchall())
 
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self._retry(lambda: self.con.sql(sql, params=params or None).fetchall())
