@@ -28,8 +28,8 @@ if str(REPO) not in sys.path:
 
 COUNT = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM processes)"
 MIN_READS = 20
-FRESH_THREADS = 1  # fresh `sql`-style readers at once
-HELD_READERS = 3  # readers opened before the writer starts, each queried in a loop
+FRESH_THREADS = 2  # fresh `sql`-style readers at once
+HELD_READERS = 2  # readers opened before the writer starts, each queried in a loop
 
 
 def _fig(figure: str, value: Any, unit: str, baseline: str | None, baseline_value: Any, ratio: Any,
