@@ -5,12 +5,12 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+from tests.report_helpers import EVIL
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.report import charts, fmt
 from gpuaudit.report.render import md_escape
 from gpuaudit.report.writer import parse_formats
-from report_helpers import EVIL
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.report_helpers import simulate_small
 
 from gpuaudit.sim.workload import SCENARIOS
-from report_helpers import simulate_small
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

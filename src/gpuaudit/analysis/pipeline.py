@@ -17,23 +17,28 @@ from gpuaudit.analysis.config import Config, load_config, preset_comments
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
     RESULT_VERSION,
     AnalysisResult,
     Assumption,
     BreakEven,
-    Column,
     Costs,
     DecisionInputs,
     Deployment,
     Figure,
+    GrowthColumns,
+    HybridCurveColumns,
     HybridSizing,
     Sensitivity,
     Table,
+    TableColumn,
+    TornadoColumns,
 )
 from gpuaudit.analysis.scenarios import (
     OWNING,
     CostBlock,
     Measured,
+    break_even_curve,
     cost_block,
     cost_draws,
     growth_table,
@@ -142,13 +147,14 @@ def analyze_rollups(
                        growth=growth_table(cfg, measured, a.growth_rates))
     evidence = Evidence(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
-        sensitivity_flips=tuple(r["parameter"] for r in tornado_table.rows if r["changes_cheapest"]),
+        sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in tornado_table.rows
+                                if r[TornadoColumns.CHANGES_CHEAPEST]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
-    costs_ = _costs(cfg, block, measured)
+    costs_ = _costs(cfg, block, measured, tr.days)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
@@ -203,12 +209,14 @@ def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resample
                       np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
 
 
-def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
+def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
     ok = m.reporting > 1e-9
     scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
+    phantom = max(m.r - m.s, 0.0) * p.blended
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_effective_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
@@ -249,15 +257,21 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud effective rate", phantom_src,
+                           "What the held GPU time that did no work would cost in the cloud, over the trial."),
+        phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
+                                    f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
+                                    "The same, per year at the trial's rate."),
     )
 
 
 def _growth_flip(growth: Table, cheapest: str) -> tuple[float, str] | None:
     """The lowest demand growth of the growth table at which another scenario is the cheapest, if any."""
-    for row in sorted(growth.rows, key=lambda x: float(x["growth_per_year"])):  # type: ignore[arg-type]
-        g = float(row["growth_per_year"])  # type: ignore[arg-type]
-        if g > 0 and row["cheapest"] != cheapest:
-            return g, str(row["cheapest"])
+    col = GrowthColumns
+    for row in sorted(growth.rows, key=lambda x: float(x[col.GROWTH_PER_YEAR])):
+        g = float(row[col.GROWTH_PER_YEAR])
+        if g > 0 and row[col.CHEAPEST] != cheapest:
+            return g, str(row[col.CHEAPEST])
     return None
 
 
@@ -292,6 +306,7 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
                                upper_bound=upper),
         measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
         rent_fixed_usd=b.rent_fixed_usd, rent_variable_usd=b.rent_variable_usd,
+        curve=break_even_curve(b, block.fleet.gpus, block.timeline.months),
     )
 
 
@@ -299,16 +314,17 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     sz = block.sizing
     series = block.held
     fractile = 1.0 / sz.u if sz.u > 0 and math.isfinite(sz.u) else 0.0
+    k = HybridCurveColumns
     rows = tuple(
-        {"n": int(n), "owned_usd": float(o), "cloud_usd": float(c), "total_usd": float(o + c),
-         "cloud_gpu_hours": float(h)}
+        {k.N: int(n), k.OWNED_USD: float(o), k.CLOUD_USD: float(c), k.TOTAL_USD: float(o + c),
+         k.CLOUD_GPU_HOURS: float(h)}
         for n, o, c, h in zip(sz.candidates, sz.owned_usd, sz.cloud_usd, sz.overflow_gpu_hours, strict=True)
     )
     curve = Table(
         "hybrid_curve", "Present value over the horizon by owned GPU count N (N = 0: all cloud).",
-        (Column("n", "GPUs", "GPUs owned"), Column("owned_usd", "USD", "owned cost(N)"),
-         Column("cloud_usd", "USD", "cloud cost of demand above N"), Column("total_usd", "USD", "sum"),
-         Column("cloud_gpu_hours", "GPU-h", "horizon GPU-hours rented")),
+        (TableColumn(k.N, "GPUs", "GPUs owned"), TableColumn(k.OWNED_USD, "USD", "owned cost(N)"),
+         TableColumn(k.CLOUD_USD, "USD", "cloud cost of demand above N"), TableColumn(k.TOTAL_USD, "USD", "sum"),
+         TableColumn(k.CLOUD_GPU_HOURS, "GPU-h", "horizon GPU-hours rented")),
         rows, "fleet-scaled demand series × cost model",
     )
     basis = "held"  # what the cloud bills: every plan is priced on it

@@ -183,13 +183,47 @@ def handle_errors(fn: F) -> F:
         except BrokenPipeError:
             sys.stderr.close()  # `gpuaudit sql ... | head` is fine
             raise typer.Exit(0) from None
+        except OSError as e:  # the machine said no (read-only, permissions, a name too long): one line, not a bug
+            where = f": {e.filename}" if e.filename else ""
+            fail(f"{e.strerror or e}{where}")
+
 
     return wrapper  # type: ignore[return-value]
 
 
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+class _EscapingFormatter(logging.Formatter):
+    """`gpuaudit: warning: ...`, one line: messages name files and hosts from the data, so control, format and
+    bidi characters in them are shown escaped (an ESC[2J or a U+202E in a pushed file's name never reaches the
+    terminal raw)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from gpuaudit.util.textsafe import printable
+
+        level = {"WARNING": "warning", "ERROR": "error", "CRITICAL": "error"}.get(record.levelname, "note")
+        return f"gpuaudit: {level}: {printable(record.getMessage())}"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record comes (a test runner swaps it between commands)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def log_warnings() -> None:
+    """The one place warnings reach stderr: gpuaudit's loggers and Python's `warnings` (captured), through one
+    escaping handler on the root logger. Set up once per process, before any command runs (the agent's
+    structured log, agent/log.py, replaces it for the gpuaudit.* loggers)."""
+    root = logging.getLogger()
+    if any(isinstance(h.formatter, _EscapingFormatter) for h in root.handlers):
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(_EscapingFormatter())
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)

@@ -56,7 +56,6 @@ def push_cmd(
         push.follow(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload, retries=retries,
                     event=log.event)
         return
-    _warn_to_stderr()
     try:
         stats = push.push(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload,
                           retries=retries)
@@ -64,9 +63,3 @@ def push_cmd(
         typer.echo(f"skipped: {e}")
         return
     typer.echo(stats.summary(to))
-
-
-def _warn_to_stderr() -> None:
-    from gpuaudit.cli.store import _warn_to_stderr as warn
-
-    warn()

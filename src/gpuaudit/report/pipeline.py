@@ -18,7 +18,7 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def analyze(root: Path, config: Path | None = None, preset: str | None = None,
+def analyze(root: Path | str, config: Path | None = None, preset: str | None = None,
             progress: Callable[[str], None] | None = None, **inputs: Any) -> Any:
     """Run the analyzer on the dataset at `root` with the config file / preset and the decision inputs
     (`latency_sensitive`, `data_residency`, `egress_gb_per_week`, `current`) of `gpuaudit analyze`."""
@@ -35,7 +35,7 @@ def analyze(root: Path, config: Path | None = None, preset: str | None = None,
     return run(root, cfg, **inputs)
 
 
-def report_dataset(root: Path, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
+def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
                    preset: str | None = None, quiet: bool = False, **inputs: Any) -> Any:
     """Analyze `root` and write the report into `out`; print a short summary unless quiet."""
     from gpuaudit.report.terminal import print_summary, progress_steps

@@ -9,7 +9,7 @@ a new report.html next to an old report.md.
 from __future__ import annotations
 
 import os
-import tempfile
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +56,10 @@ def _stage(path: Path, data: str | bytes) -> Path:
     """`data` written and fsynced to a temporary file next to `path`; removed again if that fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # O_EXCL under a random name, as mkstemp, but mode 0o666 & ~umask (mkstemp's 0600 would keep a report from
+    # the colleagues it is for, where the data files honour the umask).
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
@@ -68,14 +71,17 @@ def _stage(path: Path, data: str | bytes) -> Path:
     return Path(tmp)
 
 
-def write_files(out: Path, files: list[tuple[Path, str | bytes]]) -> None:
-    """Write all `files` or none: stage every one, then rename them into place (renames need no space)."""
+def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterable[Path] = ()) -> None:
+    """Write all `files` or none: stage every one, then rename them into place (renames need no space); then
+    remove the `stale` files (an earlier report's other formats, which would contradict this one)."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files:
             staged.append((_stage(path, data), path))
         for tmp, path in staged:
             os.replace(tmp, path)
+        for path in stale:
+            path.unlink(missing_ok=True)
     except OSError as e:
         raise GpuauditError(f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
                             "(an earlier report there is unchanged)") from None
@@ -124,5 +130,18 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
         # never a raw control or bidi character (JSON escapes: the data round-trips).
         files.append((written.files["json"], json_text(result.to_dict(), separators=(",", ":")) + "\n"))
     step("writing the report files")
-    write_files(out, files)
+    write_files(out, files, stale_files(out, formats, written.charts))
     return written
+
+
+def stale_files(out: Path, formats: Iterable[str], charts: Iterable[Path]) -> list[Path]:
+    """What an earlier report left in `out` that this one does not rewrite: the files of the formats not
+    asked for now (a report.md from last week beside today's report.html would contradict it), and chart SVGs
+    this report does not draw. Only gpuaudit's own names: nothing else in `out` is touched."""
+    from gpuaudit.report.render import CHART_DIR
+
+    wanted = set(formats)
+    out_files = [out / FILE_NAMES[f] for f in FORMATS if f not in wanted]
+    drawn = set(charts)
+    old_charts = sorted((out / CHART_DIR).glob("*.svg")) if (out / CHART_DIR).is_dir() else []
+    return [p for p in out_files if p.is_file()] + [p for p in old_charts if p not in drawn]

@@ -110,7 +110,9 @@ class ServingProfile:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class WorkloadScenario:
+    """A simulated fleet's workload and its ground truth (the cost model's plans are analysis's CostScenario)."""
+
     name: str
     title: str
     truth: GroundTruth
@@ -137,7 +139,7 @@ _INTERACTIVE_CMDS = (
     "python -i sweep.py",
 )
 
-PHANTOM = Scenario(
+PHANTOM = WorkloadScenario(
     name="phantom",
     title="Runtime hours ~60 %, real SM activity ~23 %",
     truth=GroundTruth(
@@ -168,7 +170,7 @@ PHANTOM = Scenario(
     ),
 )
 
-IDLE_CLUSTER = Scenario(
+IDLE_CLUSTER = WorkloadScenario(
     name="idle-cluster",
     title="16 nodes × 8 GPUs bought for a pipeline that uses ~12 %",
     truth=GroundTruth(
@@ -204,7 +206,7 @@ IDLE_CLUSTER = Scenario(
     ),
 )
 
-STEADY_TRAINING = Scenario(
+STEADY_TRAINING = WorkloadScenario(
     name="steady-training",
     title="The same model family trained 24/7: ~95 % real utilization",
     truth=GroundTruth(
@@ -237,7 +239,7 @@ STEADY_TRAINING = Scenario(
     tolerance=0.02,
 )
 
-BURSTY_AGENTS = Scenario(
+BURSTY_AGENTS = WorkloadScenario(
     name="bursty-agents",
     title="Coding-agent inference that jumps between ~20 and ~200 GPUs within minutes",
     truth=GroundTruth(
@@ -264,7 +266,7 @@ BURSTY_AGENTS = Scenario(
     ),
 )
 
-MIXED = Scenario(
+MIXED = WorkloadScenario(
     name="mixed",
     title="A shared fleet: steady training, research jobs, bursty inference and idle nodes",
     truth=GroundTruth(
@@ -280,10 +282,12 @@ MIXED = Scenario(
     tolerance=0.05,
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED)}
+SCENARIOS: dict[str, WorkloadScenario] = {
+    s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED)
+}
 
 
-def get_scenario(name: str) -> Scenario:
+def get_scenario(name: str) -> WorkloadScenario:
     try:
         return SCENARIOS[name]
     except KeyError:
@@ -423,7 +427,7 @@ class LoadModel:
     """The job schedule of one scenario on `n_gpus` GPUs from `start` for `days` days, deterministic in
     `seed`. `at(t)` answers point queries (fake NVML); `evaluate` answers arrays (the simulator)."""
 
-    def __init__(self, scenario: Scenario, n_gpus: int, seed: int, start: datetime, days: float) -> None:
+    def __init__(self, scenario: WorkloadScenario, n_gpus: int, seed: int, start: datetime, days: float) -> None:
         import numpy as np
 
         if n_gpus < 1:
@@ -477,7 +481,7 @@ class LoadModel:
 
         lane_of_gpu = np.zeros(self.n_gpus, dtype=np.int64)
         pos_in_lane = np.zeros(self.n_gpus, dtype=np.int64)
-        lanes: list[tuple[Scenario, int, list[int]]] = []  # (kind, host, gpus)
+        lanes: list[tuple[WorkloadScenario, int, list[int]]] = []  # (kind, host, gpus)
         for h in range(n_hosts):
             kind = host_kind[h]
             gpus = [g for g in range(h * GPUS_PER_HOST, min((h + 1) * GPUS_PER_HOST, self.n_gpus))]
@@ -515,7 +519,7 @@ class LoadModel:
         self._finish_jobs(job_rows)
         self._build_phases()
 
-    def _host_weights(self, host_kind: list[Scenario]) -> list[float]:
+    def _host_weights(self, host_kind: list[WorkloadScenario]) -> list[float]:
         """Arrival-rate weight per host: with host_skew, a few hosts get most work (normalized to mean 1
         within each sub-scenario so the utilization target does not depend on the fleet size)."""
         weights = [1.0] * len(host_kind)
@@ -536,7 +540,7 @@ class LoadModel:
                 weights[h] = w / mean
         return weights
 
-    def _pools(self, kind: Scenario) -> tuple[int, int]:
+    def _pools(self, kind: WorkloadScenario) -> tuple[int, int]:
         """Register the scenario's users and commands; returns the offsets into the shared pools."""
         assert kind.batch is not None
         u0, c0 = len(self.users), len(self.commands)
@@ -545,7 +549,7 @@ class LoadModel:
         self.commands += list(kind.batch.commands)
         return u0, c0
 
-    def _batch_jobs(self, kind: Scenario, lane: int, weight: float) -> list[dict[str, Any]]:
+    def _batch_jobs(self, kind: WorkloadScenario, lane: int, weight: float) -> list[dict[str, Any]]:
         bp = kind.batch
         assert bp is not None
         if kind.name not in self._pool_offsets:
@@ -555,7 +559,7 @@ class LoadModel:
         rate_max = bp.starts_per_day * weight / DAY_S
         weights = [w for w, _, _ in bp.durations]
         out = []
-        t = -WARMUP_S
+        t: float = -WARMUP_S
         interactive_cmds = [i for i, c in enumerate(bp.commands) if c in _INTERACTIVE_CMDS]
         batch_cmds = [i for i, c in enumerate(bp.commands) if c not in _INTERACTIVE_CMDS] or interactive_cmds
         while True:
@@ -589,7 +593,7 @@ class LoadModel:
             t += d
         return out
 
-    def _serving_jobs(self, kind: Scenario, lanes: list[tuple[int, int, list[int]]]) -> list[dict[str, Any]]:
+    def _serving_jobs(self, kind: WorkloadScenario, lanes: list[tuple[int, int, list[int]]]) -> list[dict[str, Any]]:
         """Replica lifetimes from a fleet-level demand curve: base load with a daily rhythm plus bursts
         that ramp up in ~90 s and decay over minutes. GPU of rank r is held while demand > r."""
         import numpy as np
@@ -608,7 +612,7 @@ class LoadModel:
         demand = (sp.base_gpus[0] + (sp.base_gpus[1] - sp.base_gpus[0]) * day_w) * scale
         # Bursts: thinned Poisson arrivals, trapezoids (ramp up, hold, ramp down).
         rate_max = sp.bursts_per_day / DAY_S
-        t = t0
+        t: float = t0
         while True:
             t += rng.expovariate(rate_max)
             if t >= self.horizon_s:

@@ -42,10 +42,28 @@ def data_root(path: Path | str | None = None) -> Path:
     if not given:
         return Path(DEFAULT_DATA)
     try:
-        return Path(given).expanduser()
+        root = Path(given).expanduser()
     except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
         raise GpuauditError(f"bad --data {str(given)!r}: cannot expand '~' (no such user or home directory)"
                             ) from None
+    check_name_lengths(root, "--data")
+    return root
+
+
+NAME_MAX = 255  # bytes in one path component on Linux filesystems (ext4, xfs, btrfs, tmpfs)
+
+
+def check_name_lengths(path: Path | str, option: str) -> None:
+    """Refuse a path with a component longer than a file name may be, in one line: every command would
+    otherwise fail on its first stat() with `OSError: [Errno 36] File name too long` (and a URL's key is
+    checked by its store, not here)."""
+    if remote.as_url(path):
+        return
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise GpuauditError(f"{option}: a path component is too long ({size} bytes, at most {NAME_MAX}): "
+                                f"{part[:40]}...")
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
