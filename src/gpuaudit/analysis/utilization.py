@@ -65,6 +65,7 @@ class Totals:
     trial_hours: float
     gpu_equivalents: float
     overlap: float = 0.0  # GPU-hours removed by stage 1's de-duplication
+    energy_estimated: float = 0.0  # GPU-hours whose energy is power x time (no energy counter)
 
     @property
     def real_utilization(self) -> float:
@@ -142,7 +143,7 @@ def totals(roll: Rollups) -> Totals:
     g = roll.gpu_hours
     sums = g.select(
         pl.col("observed_s", "held_s", "busy_s", "real_s", "real_held_s", "idle_held_s", "fallback_s",
-               "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s").sum()
+               "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s", "energy_estimated_s").sum()
     ).row(0, named=True)
     per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
     span_s = _num(g["last_s"].max()) - _num(g["first_s"].min())
@@ -152,6 +153,7 @@ def totals(roll: Rollups) -> Totals:
         s_held=(sums["real_held_s"] or 0) / H, idle_held=sums["idle_held_s"] / H, fallback=sums["fallback_s"] / H,
         unmeasured=sums["unmeasured_s"] / H, energy_j=sums["energy_j"] or 0.0, energy_s=sums["energy_s"] or 0.0,
         trial_hours=span_s / H, gpu_equivalents=float(per_gpu["gpu_fraction"].sum()),
+        energy_estimated=(sums["energy_estimated_s"] or 0) / H,
     )
 
 
@@ -195,7 +197,8 @@ def never_used(roll: Rollups) -> list[str]:
 
 def utilization(roll: Rollups, t: Totals) -> Utilization:
     upper = t.fallback > 0
-    ub = " (upper bound: duty cycle stands in where SM activity was not measured)" if upper else ""
+    ub = (" (upper bound: engine-active or the duty cycle stands in where SM activity was not measured)"
+          if upper else "")
     never = never_used(roll)
     src = SRC_SAMPLES
 
@@ -495,11 +498,14 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         )
     if upper:
         warnings.append(
-            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (duty cycle only): real "
-            "utilization is an upper bound"
+            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (engine-active or duty cycle "
+            "only): real utilization is an upper bound"
         )
     if stopped:
         warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
+    if t.energy_estimated > 0:
+        warnings.append(f"energy was estimated from power (power × time: no energy counter) for "
+                        f"{t.energy_estimated / t.w:.0%} of observed GPU-hours")
     if coverage < 0.9:
         seen_share = t.gpu_equivalents / capacity if capacity > 0 else 1.0
         if seen_share < 0.999:  # the configured fleet is larger than what reported: not (only) gaps

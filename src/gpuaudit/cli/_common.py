@@ -226,4 +226,6 @@ def log_warnings() -> None:
     handler.setFormatter(_EscapingFormatter())
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
+    # urllib3 logs each retry it makes; the importer's own error already says how many it made, in one line.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     logging.captureWarnings(True)

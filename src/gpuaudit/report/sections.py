@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gpuaudit import schema
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     AnalysisResult,
@@ -331,8 +332,15 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
                   numeric=(False, True, False, False), caption="The hours behind the ratios")
     notes = []
     if u.real_is_upper_bound:
-        notes.append(f"Part of the fleet reports only the duty cycle ({fmt.pct(u.upper_bound_share.value)} of "
-                     "observed hours): there S uses the duty cycle, so real utilization is an upper bound.")
+        notes.append(f"Part of the fleet reports no SM activity, only engine-active or the duty cycle "
+                     f"({fmt.pct(u.upper_bound_share.value)} of observed hours): there S uses those, so real "
+                     "utilization is an upper bound.")
+    engine = [s for s in r.trial.sources if s in schema.ENGINE_ACTIVE_SOURCES]
+    if engine:
+        notes.append(f"Rows from {', '.join(engine)} measure engine-active, not SM activity: the time any SM had "
+                     "work (one busy SM of 132 reads 100 %), an upper bound tighter than the duty cycle. To measure "
+                     "SM activity, add this line to the dcgm-exporter counters CSV (it ships commented out): "
+                     f"{schema.DCGM_SM_ACTIVE_CSV_LINE}")
     at_most = "at most " if u.real_is_upper_bound else ""
     at_least = "at least " if u.real_is_upper_bound else ""
     lead = (f"The fleet looks {fmt.pct(u.runtime_utilization.value)} used if you count the hours a job held a "
