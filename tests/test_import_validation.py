@@ -26,6 +26,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.store import readers
 
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
 START = datetime(2026, 1, 5, tzinfo=UTC)
@@ -40,7 +41,8 @@ def _snapshot(root: Path) -> dict[str, str]:
         return {}
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*"))
-            if p.is_file() and store.STAGING not in p.parts and p.name != store.COMPACT_LOCK}
+            if p.is_file() and store.STAGING not in p.parts
+            and p.name not in (store.COMPACT_LOCK, *readers.LOCK_FILES)}
 
 
 def _stages(root: Path) -> list[Path]:
@@ -284,7 +286,8 @@ def run(*extra):
 
 def snapshot():
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and ".staging" not in p.parts and p.name != ".compact.lock"}
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and ".staging" not in p.parts and not p.name.endswith(".lock")}
 
 first = run("--end", "2026-01-05T02:00:00")
 before = snapshot()

@@ -70,8 +70,11 @@ FRACTIONS = {  # must hold 0-1 (catches a producer that wrote percent), within F
     PROCESSES: ("sm_util",),
 }
 FRACTION_TOLERANCE = 0.001  # a producer's rounding, not an error
-NON_NEGATIVE = {SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j"), PROCESSES: ("mem_used_bytes",),
-                ALLOCATIONS: ("gpus",)}
+NON_NEGATIVE = {  # counts, indices, sizes and energy: a negative value is no measurement
+    SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j", "n_processes", "gpu_index", "mig_instance"),
+    PROCESSES: ("mem_used_bytes", "mig_instance", "pid"),
+    ALLOCATIONS: ("gpus",),
+}
 MAX_INTERVAL_S = 86400.0  # interval_s must be in (0, MAX_INTERVAL_S]
 TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S past the reader's "now"
 TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong clock: neither is a sample

@@ -224,8 +224,9 @@ def log_warnings() -> None:
         return
     handler = _StderrHandler()
     handler.setFormatter(_EscapingFormatter())
+    # gpuaudit's own records and Python's warnings: a library's chatter (urllib3 logs each retry it makes) is not
+    # ours to show; its outcome is, in gpuaudit's words (the importer's one-line error counts the retries).
+    handler.addFilter(lambda r: r.name == "gpuaudit" or r.name.startswith(("gpuaudit.", "py.warnings")))
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
-    # urllib3 logs each retry it makes; the importer's own error already says how many it made, in one line.
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
     logging.captureWarnings(True)

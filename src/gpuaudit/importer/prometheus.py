@@ -54,8 +54,8 @@ from gpuaudit.importer.presets import PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.rows import COUNT, COUNTER_PARTS, FRACTIONS, UTIL, ImportState, build_rows, final_hosts
 from gpuaudit.importer.timespec import align_down
-from gpuaudit.store import journal, writer
-from gpuaudit.store.base import STALE_STAGING_S
+from gpuaudit.store import journal, readers, writer
+from gpuaudit.store.base import STALE_STAGING_S, new_stem
 from gpuaudit.util import atomic
 
 log = logging.getLogger("gpuaudit.importer")
@@ -448,6 +448,8 @@ class _Changes:
     removals: list[Path] = field(default_factory=list)
     # (table, host, date) -> names of that partition's files the new importer file replaces: its compaction record
     replaced: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    # (table, host, date, new name, old name): another producer's file written again without the replaced rows
+    rewrites: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     # A new name per import: a name the importer used before may be listed by a compaction record (kept by
     # the store), which would hide a new file under that name.
     name: str = field(default_factory=lambda: f"{FILE_STEM}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid4().hex[:8]}")
@@ -589,7 +591,10 @@ def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, g
     dropped = 0
     mask = (_prom_rows(table) & pl.col("ts").is_between(start, end, closed="right")
             & _gpu_key().is_in(gpus)).fill_null(False)
+    hidden = journal.hidden_names(part_dir, os.listdir(part_dir))  # replaced, kept for open readers
     for f in sorted(part_dir.glob("*.parquet")):
+        if f.name in hidden:
+            continue
         try:
             # Other producers' files are only counted (column statistics make that cheap); read in
             # full only the importer's own file and files that hold rows to replace.
@@ -609,7 +614,12 @@ def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, g
             changes.replaced.setdefault((table, host, day), []).append(f.name)
         elif n:
             if rest.height:
-                store.write_table(changes.stage, table, rest, name=f.stem)
+                # A new name, never the same one rewritten in place: a reader that listed the old version must
+                # find it or miss it (and list again), never read another version under its name.
+                stem = new_stem(f.stem.split("-")[0] or "part")
+                store.write_table(changes.stage, table, rest, name=stem)
+                changes.removals.append(f)
+                changes.rewrites.append((table, host, day, f"{stem}.parquet", f.name))
             else:
                 changes.removals.append(f)
                 changes.replaced.setdefault((table, host, day), []).append(f.name)
@@ -637,6 +647,10 @@ def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
         record = part / journal.record_name()
         record.write_text(journal.encode(new.name, sorted(old)), encoding="utf-8")
         atomic.fsync(record)
+    for table, host, day, new_name, old_name in changes.rewrites:
+        record = store.partition_dir(changes.stage, table, host, day) / journal.record_name()
+        record.write_text(journal.encode(new_name, [old_name]), encoding="utf-8")
+        atomic.fsync(record)
 
 
 def _own(f: Path) -> bool:
@@ -658,27 +672,24 @@ def _publish(root: Path, changes: _Changes) -> None:
     records = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob(f"{store.JOURNAL_PREFIX}*.json"))
     staged = records + sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
     done: list[tuple[Path, Path | None]] = []  # (dataset path, its previous version aside, or None if new)
-    try:
-        for i, new in enumerate(staged):
-            final = root / new.relative_to(changes.stage)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            previous = _set_aside(final, aside / f"{i}.parquet")
-            done.append((final, previous))
-            os.replace(new, final)
-        for i, f in enumerate(changes.removals):
-            previous = aside / f"removed-{i}.parquet"
-            os.replace(f, previous)
-            done.append((f, previous))
-    except OSError:
-        for final, previous in reversed(done):
-            try:
-                if previous is not None:
-                    os.replace(previous, final)
-                else:
-                    final.unlink(missing_ok=True)
-            except OSError as e:  # cannot happen short of the disk going away; say what is left where
-                log.error("import: could not restore %s from %s: %s", final, previous, e)
-        raise
+    # Under the publish lock, a reader lists the dataset before or after all of it (store/readers.py). The
+    # removed files stay (their records hide them) while a reader has the dataset open: it may have listed
+    # them; the next compaction removes them.
+    with readers.publishing(root), readers.unread(root) as free:
+        try:
+            for i, new in enumerate(staged):
+                final = root / new.relative_to(changes.stage)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                previous = _set_aside(final, aside / f"{i}.parquet")
+                done.append((final, previous))
+                os.replace(new, final)
+            for i, f in enumerate(changes.removals if free else ()):
+                previous = aside / f"removed-{i}.parquet"
+                os.replace(f, previous)
+                done.append((f, previous))
+        except OSError:
+            _restore(done)
+            raise
     for d in sorted({f.parent for f, _ in done}):  # the renames are durable once their directories are synced
         with contextlib.suppress(OSError):
             fd = os.open(d, os.O_RDONLY)
@@ -686,6 +697,18 @@ def _publish(root: Path, changes: _Changes) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _restore(done: list[tuple[Path, Path | None]]) -> None:
+    """Put every touched file back as it was before a failed publish."""
+    for final, previous in reversed(done):
+        try:
+            if previous is not None:
+                os.replace(previous, final)
+            else:
+                final.unlink(missing_ok=True)
+        except OSError as e:  # cannot happen short of the disk going away; say what is left where
+            log.error("import: could not restore %s from %s: %s", final, previous, e)
 
 
 def _set_aside(final: Path, previous: Path) -> Path | None:

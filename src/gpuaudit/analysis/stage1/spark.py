@@ -26,7 +26,7 @@ import polars as pl
 from gpuaudit import schema, store
 from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance, remote
+from gpuaudit.store import conformance, readers, remote
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
@@ -238,12 +238,18 @@ def load_rollups(root: Path | str) -> Rollups:
                             "gpuaudit does not configure): use the default engine (DuckDB reads s3:// itself), or "
                             "copy the dataset to a filesystem the Spark workers see (aws s3 sync) and give that path")
     spark = session()
-    views = Views(spark, root)
-    engine = SparkEngine(spark)
+    # Spark reads the files Views listed later, on its own: held like an open Dataset, so that a compaction
+    # meanwhile keeps them (store/readers.py).
+    hold = readers.hold(Path(root))
     try:
-        roll = rollups_from(engine)
-        rejected = engine._run(views.rejected_rows)
+        views = Views(spark, root)
+        engine = SparkEngine(spark)
+        try:
+            roll = rollups_from(engine)
+            rejected = engine._run(views.rejected_rows)
+        finally:
+            engine.close()
     finally:
-        engine.close()
+        readers.release(hold)
     return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in views.skipped),
                                rejected_rows=tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
