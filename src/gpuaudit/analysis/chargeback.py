@@ -38,7 +38,8 @@ def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.
     a = alloc.with_columns(
         (pl.min_horizontal(pl.col("end_s"), pl.lit(end_s)) - pl.max_horizontal(pl.col("start_s"), pl.lit(start_s)))
         .clip(lower_bound=0.0).alias("dur_s"))
-    return a.group_by("source", "job_id").agg(
+    a = a.sort(a.columns, nulls_last=True)  # a fixed order (see job_table)
+    return a.group_by("source", "job_id", maintain_order=True).agg(
         pl.col("job_id_raw").drop_nulls().first(), pl.col("user").drop_nulls().first().alias("a_user"),
         pl.col("account").drop_nulls().first(), pl.col("partition").drop_nulls().first(),
         pl.col("namespace").drop_nulls().first().alias("a_namespace"),
@@ -69,7 +70,9 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
     """(per job: group keys and allocated/held/real/idle-held seconds; per job per hour: held/real seconds)."""
     jobs = _alloc_jobs(alloc, start_s, end_s)
     keys = _alloc_keys(jobs)
-    hh = holder_hours.with_columns(_holder_key().alias("key"))
+    # Rows in a fixed order and groups summed in it: the same dataset read from another copy (S3, a collection
+    # target) lists its files in another order, and float sums must not differ in their last bits.
+    hh = holder_hours.sort(holder_hours.columns, nulls_last=True).with_columns(_holder_key().alias("key"))
     # A pod seen by UID only: match the UID too.
     uid = hh.filter(pl.col("key").is_null() & (pl.col("k8s_pod") != "")).with_columns(
         ("u:" + pl.col("k8s_pod")).alias("key"))
@@ -81,9 +84,9 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
         pl.col("jkey"),
         pl.when(pl.col("job_id") != "").then("proc:" + pl.col("job_id")).otherwise("proc:" + pod_key),
         "user:" + pl.col("user")).alias("jkey"))
-    per_hour = hh.group_by("jkey", "hour_s").agg(pl.col("held_s", "real_s", "idle_held_s").sum(),
+    per_hour = hh.group_by("jkey", "hour_s", maintain_order=True).agg(pl.col("held_s", "real_s", "idle_held_s").sum(),
                                                  pl.col("gpu_uuid").n_unique().alias("gpus"))
-    held = hh.group_by("jkey").agg(
+    held = hh.group_by("jkey", maintain_order=True).agg(
         pl.col("held_s", "real_s", "idle_held_s").sum(),
         pl.col("user").first().alias("p_user"), pl.col("k8s_namespace").first().alias("p_namespace"),
         pl.coalesce(pl.when(pl.col("job_id") != "").then(pl.col("job_id")), pod_key).first().alias("p_job"),
@@ -107,7 +110,9 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
 
 def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
     """Chargeback rows for one key, ranked by the cost of the idle part; rows sum to the fleet totals."""
-    rows = jobs.group_by(by).agg(pl.col("allocated_s", "held_s", "real_s").sum(), pl.len().alias("jobs"))
+    jobs = jobs.sort(jobs.columns, nulls_last=True)
+    rows = jobs.group_by(by, maintain_order=True).agg(pl.col("allocated_s", "held_s", "real_s").sum(),
+                                                      pl.len().alias("jobs"))
     if unheld_real_s > 1e-9:
         rows = pl.concat([rows, pl.DataFrame({by: [NO_PROCESS], "allocated_s": [0.0], "held_s": [0.0],
                                               "real_s": [unheld_real_s], "jobs": [0]}).cast(rows.schema)])
