@@ -1,15 +1,13 @@
 """Write a report to a directory: report.html (self-contained), report.md + charts/*.svg, report.json.
 
-Every file is first written in full to a temporary name in its directory (and fsynced); only when all of
-them are written are they renamed into place. A failure before that (a full disk, an I/O error) removes
+Every file is first written in full to a temporary name in its directory (and fsynced, util.atomic); only
+when all of them are written are they renamed into place. A failure before that (a full disk, an I/O error) removes
 the temporary files and leaves an earlier report in `out` as it was: never a half-written file, and never
 a new report.html next to an old report.md.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.report.safetext import json_text
+from gpuaudit.util import atomic
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult
@@ -52,30 +51,20 @@ def parse_formats(value: str | Iterable[str]) -> list[str]:
     return formats
 
 
-def _stage(path: Path, data: str | bytes) -> Path:
-    """`data` written and fsynced to a temporary file next to `path`; removed again if that fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
+# Report files are created 0o600 (less the umask), as they always were: readable by their writer only.
+REPORT_FILE_MODE = 0o600
 
 
 def write_files(out: Path, files: list[tuple[Path, str | bytes]]) -> None:
-    """Write all `files` or none: stage every one, then rename them into place (renames need no space)."""
+    """Write all `files` or none: stage every one (written and synced), then rename them into place (renames
+    need no space)."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files:
-            staged.append((_stage(path, data), path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((atomic.stage(path, data, mode=REPORT_FILE_MODE), path))
         for tmp, path in staged:
-            os.replace(tmp, path)
+            atomic.replace(tmp, path)
     except OSError as e:
         raise GpuauditError(f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
                             "(an earlier report there is unchanged)") from None
