@@ -20,8 +20,8 @@ from gpuaudit.cli._common import (
     data_source,
     fail,
     handle_errors,
-    local_path,
 )
+from gpuaudit.util.paths import local_path
 
 
 @app.command("analyze")

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, collection_target, data_path, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.util.paths import collection_target
 
 EndpointOption = typer.Option(
     None, "--endpoint-url",

@@ -20,8 +20,8 @@ from gpuaudit.cli._common import (
     ResidencyOption,
     data_source,
     handle_errors,
-    local_path,
 )
+from gpuaudit.util.paths import local_path
 
 OutOption = typer.Option(Path("gpuaudit-report"), "--out", "-o", help="Directory to write the report into.")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, data_source, expand_path, fail, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, data_source, fail, handle_errors
+from gpuaudit.util.paths import expand_user
 
 
 def _warn_to_stderr() -> None:
@@ -81,7 +82,7 @@ def sql(
 def _read_query_file(file: Path) -> str:
     from gpuaudit.util import resources
 
-    file = expand_path(file, "--file")
+    file = expand_user(file, "--file")
     if file.exists() and not file.is_dir():  # a regular file, or a device or pipe (/dev/stdin, /dev/null)
         try:
             text = file.read_text(encoding="utf-8")

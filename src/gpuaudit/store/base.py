@@ -23,6 +23,7 @@ import duckdb
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import remote
+from gpuaudit.util import paths
 
 if TYPE_CHECKING:
     pass
@@ -41,11 +42,7 @@ def data_root(path: Path | str | None = None) -> Path:
     given = path or os.environ.get("GPUAUDIT_DATA")
     if not given:
         return Path(DEFAULT_DATA)
-    try:
-        return Path(given).expanduser()
-    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
-        raise GpuauditError(f"bad --data {str(given)!r}: cannot expand '~' (no such user or home directory)"
-                            ) from None
+    return paths.expand_user(given, "--data")
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -71,7 +68,7 @@ def partition_dir(root: Path, table: str, host: str, date: str) -> Path:
 def local_root(root: Path | str) -> Path:
     """`root` as a local directory for writing. A URL is refused: a writer must never create a local folder
     named `s3:` (Path("s3://b/p") is the relative path s3:/b/p)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     if url:
         raise GpuauditError(f"{url} is object storage: this command writes a local dataset; write it locally and "
                             f"ship it with `gpuaudit push --to {url}` (or `gpuaudit agent run --upload {url}`)")
@@ -80,7 +77,7 @@ def local_root(root: Path | str) -> Path:
 
 def dataset_exists(root: Path | str) -> bool:
     """Whether `root` (a directory or an s3:// URL) exists; an empty one reads as an empty dataset."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     return remote.exists(url) if url else Path(root).exists()
 
 

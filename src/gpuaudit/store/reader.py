@@ -18,6 +18,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
+from gpuaudit.util import paths
 
 if TYPE_CHECKING:
     import polars as pl
@@ -66,7 +67,7 @@ def parquet_problem(path: Path) -> str | None:
 def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(readable files, [(unreadable file, reason)]) of one table. One directory listing per partition:
     a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     if url:
         return remote.table_files(url, table)  # type: ignore[return-value]
     base = Path(root) / table
@@ -209,7 +210,7 @@ class Dataset:
         """CREATE VIEW statements any DuckDB client can run to see the same dataset: glob patterns under the
         absolute root (not a list of today's files), so they stay valid after a compaction and see new files.
         A table without any file yet gets the empty typed view (DuckDB refuses a pattern that matches nothing)."""
-        base = remote.as_url(self.root) or str(Path(self.root).resolve())
+        base = paths.as_url(self.root) or str(Path(self.root).resolve())
         out = ["SET TimeZone = 'UTC';"]
         for table, view in schema.VIEW_NAMES.items():
             pattern = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
@@ -286,7 +287,7 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
     connection down to the dataset's files once the views are bound (Dataset.lock_down). `views`: extra
     (name, SQL) views over `samples` / `processes` the caller adds before the lock-down (`gpuaudit sql` adds the
     analyzer's de-duplicated streams; the store knows nothing of the analysis)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC))  # type: ignore[arg-type]
     if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)
         remote.register(ds.con, url)
