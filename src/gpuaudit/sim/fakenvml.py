@@ -24,7 +24,7 @@ from typing import Any
 
 import pynvml as _real
 
-from gpuaudit.sim.workload import GpuLoad, ProcessLoad
+from gpuaudit.sim.loadmodel import GpuLoad, ProcessLoad
 
 # Constants, exception classes and structs are the real ones.
 for _name in dir(_real):
