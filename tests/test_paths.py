@@ -32,7 +32,7 @@ def test_as_url_refuses_what_is_no_dataset_url(given: str, message: str) -> None
 
 @pytest.mark.parametrize("given", ["s3://b/r", "xx://b/r", "s3:bucket/r", "S3://b"])
 def test_local_path_refuses_urls_naming_the_option(given: str) -> None:
-    with pytest.raises(GpuauditError, match="^--out .* looks like a URL: --out takes a local directory$"):
+    with pytest.raises(GpuauditError, match=r"^--out .* looks like a URL: --out takes a local directory$"):
         paths.local_path(given, "--out", "a local directory")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEMA_VERSION = 1
+MIB = 1 << 20  # bytes: memory is stored in bytes; NVML, DCGM and the simulator speak MiB
 SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
 
 SAMPLES = "gpu_samples"
@@ -32,6 +33,12 @@ SOURCE_SIMULATED = "simulated"
 # Sources that cannot measure SM activity: their rows have sm_active NULL (the writer enforces it), and
 # readers fall back to duty_cycle there, flagged as an upper bound.
 DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, SOURCE_PROM_DCGM_UTIL)
+# Which stream counts where several report one GPU over the same time (stage 1's de-duplication): the lowest
+# rank wins (true SM activity before duty cycle, the agent before an import); a source not listed ranks after
+# all of these. sql/analysis_streams.sql spells it out as a CASE; a test checks it against this table.
+SOURCE_PRECEDENCE = {SOURCE_NVML_GPM: 1, SOURCE_SIMULATED: 1, SOURCE_PROM_DCGM: 2, SOURCE_NVML: 3,
+                     SOURCE_PROM_DCGM_UTIL: 4}
+OTHER_SOURCE_PRECEDENCE = 5
 
 # Value rules beyond the types. The writer refuses rows that break the first two; the reader (conformance.py)
 # leaves out rows that break any of them, whoever wrote the file.

@@ -13,7 +13,7 @@ import numpy as np
 from gpuaudit import schema
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
-from gpuaudit.analysis.config import Config, load_config, preset_comments
+from gpuaudit.analysis.config import Config, bounds, load_config, preset_comments, unit_of
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
@@ -96,12 +96,16 @@ def analyze_rollups(
     now: dt.datetime | None = None,
 ) -> AnalysisResult:
     """Stage 2: everything from the rollups, no I/O."""
-    if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or not 0 <= egress_gb_per_week
-                                           <= 1e12):
-        raise GpuauditError(f"--egress-gb-per-week must be a number between 0 and 1e12, got {egress_gb_per_week:g}")
+    # The flags set config values: the config's ranges hold for them (a fleet of 0 GPUs means "the GPUs seen").
+    lo, hi = bounds("cloud", "egress_gb_per_week")
+    if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or not lo <= egress_gb_per_week
+                                           <= hi):
+        raise GpuauditError(f"--egress-gb-per-week must be a number between {lo:g} and {hi:.0e}".replace("e+", "e")
+                            + f", got {egress_gb_per_week:g}")
     if fleet_gpus is not None:
-        if not 0 < fleet_gpus <= 10_000_000:
-            raise GpuauditError(f"--fleet-gpus must be between 1 and 10,000,000, got {fleet_gpus}")
+        hi = bounds("analysis", "fleet_gpus")[1]
+        if not 0 < fleet_gpus <= hi:
+            raise GpuauditError(f"--fleet-gpus must be between 1 and {hi:,.0f}, got {fleet_gpus}")
         cfg = cfg.replace("analysis", fleet_gpus=int(fleet_gpus))
     current = _current(current)
     cfg = with_egress(cfg, egress_gb_per_week)
@@ -332,29 +336,6 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     )
 
 
-_UNITS = {
-    "cloud_below": "fraction", "on_prem_above": "fraction", "right_size_target_efficiency": "fraction",
-    "confidence_level": "fraction", "sensitivity_fraction": "fraction", "growth_rates": "fraction/year",
-    "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
-    "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
-    "discount_rate_per_year": "fraction/year", "owned_age_years": "years",
-}
-
-
-def _unit(key: str) -> str:
-    if key in _UNITS:
-        return _UNITS[key]
-    for suffix, unit in (("_usd_per_hour", "USD/h"), ("_usd_per_node_per_month", "USD/node/month"),
-                         ("_usd_per_gpu", "USD/GPU"), ("_usd_per_month", "USD/month"),
-                         ("_usd_per_gb", "USD/GB"), ("_usd_per_kwh", "USD/kWh"), ("_usd_once", "USD"),
-                         ("_usd", "USD"), ("_per_week", "GB/week"), ("_watts_per_gpu", "W"), ("_months", "months"),
-                         ("_days", "days"), ("_hours", "hours"), ("_years", "years"), ("_per_hour", "1/h"),
-                         ("_share", "fraction"), ("_multiplier", "×"), ("_fraction_per_year", "fraction/year")):
-        if key.endswith(suffix):
-            return unit
-    return ""
-
-
 def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | None, current: Deployment,
                 fleet_gpus: int | None = None) -> tuple[Assumption, ...]:
     comments = {**preset_comments("default"), **(preset_comments(cfg.preset) if cfg.preset != "default" else {})}
@@ -369,7 +350,7 @@ def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | Non
                 source = "--egress-gb-per-week"
             if dotted == "analysis.fleet_gpus" and fleet_gpus is not None:
                 source = "--fleet-gpus"
-            out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, _unit(key), source))
+            out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, unit_of(key), source))
     out += [
         Assumption("input.latency_sensitive", latency, "", "--latency-sensitive"),
         Assumption("input.data_residency", residency, "", "--data-residency"),

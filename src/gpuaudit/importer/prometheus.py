@@ -49,7 +49,7 @@ FILE_STEM = "prometheus"  # the importer's one file per partition is prometheus-
 PROM_SOURCES = (schema.SOURCE_PROM_DCGM, schema.SOURCE_PROM_DCGM_UTIL)
 KEY = ("host", "gpu_uuid", "mig_instance")
 WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
-HELD_MEM_BYTES = 256 * 1024 * 1024  # framebuffer use that counts as a process holding the GPU
+HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
 _NO_MIG = -1  # stands in for a null mig_instance while grouping and joining
 _FRACTIONS = ("sm_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active", "mem_util")
 

@@ -173,7 +173,8 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
     import numpy as np
     import polars as pl
 
-    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME, MIB
+    from gpuaudit.schema import MIB
+    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME
 
     n = len(gpu)
     ts_us = np.rint((model.start_epoch + t) * 1e6).astype(np.int64)
@@ -208,8 +209,8 @@ def process_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str,
     import numpy as np
     import polars as pl
 
+    from gpuaudit.schema import MIB
     from gpuaudit.sim.loadmodel import process_mem_mib, process_sm_pct
-    from gpuaudit.sim.workload import MIB
 
     held = np.flatnonzero(v["n_processes"] > 0)
     counts = v["n_processes"][held].astype(np.int64)

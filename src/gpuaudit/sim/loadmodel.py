@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.schema import MIB
 from gpuaudit.sim.workload import (
     DAY_S,
     GPU_MEM_TOTAL_BYTES,
@@ -34,7 +35,6 @@ from gpuaudit.sim.workload import (
     HELD_IDLE_POWER_W,
     IDLE_POWER_W,
     INTERACTIVE_CMDS,
-    MIB,
     SCENARIOS,
     TDP_W,
     WARMUP_S,

@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.schema import MIB
 
 if TYPE_CHECKING:
     from gpuaudit.sim.loadmodel import LoadModel
 
 GPUS_PER_HOST = 8
 GPU_NAME = "NVIDIA H100 80GB HBM3"
-MIB = 1 << 20
 GPU_MEM_TOTAL_BYTES = 81559 * MIB  # what nvidia-smi reports for an H100 80GB HBM3
 TDP_W = 700.0  # H100 SXM board power limit
 IDLE_POWER_W = 70.0  # no context on the GPU
