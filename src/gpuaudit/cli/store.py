@@ -46,6 +46,7 @@ def sql(
     gpuaudit sql --file sql/fleet_summary.sql --format json.
     """
     from gpuaudit import store
+    from gpuaudit.flows import require_dataset
     from gpuaudit.store import sqlquery
     from gpuaudit.util import resources
 
@@ -55,8 +56,7 @@ def sql(
             typer.echo(name)
         return
     root = data_source(data)
-    if not store.dataset_exists(root):
-        fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
+    require_dataset(root)
     from gpuaudit.analysis.stage1.streams import streams_views
 
     # The connection can read the dataset's files, nothing else. It also sees the analyzer's de-duplicated
