@@ -49,7 +49,7 @@ def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | No
                    preset: str | None = None, **inputs: Any) -> None:
     """`gpuaudit analyze`: the result as text on stdout, or (`as_json`) the whole result as JSON."""
     from gpuaudit.analysis.text import summary
-    from gpuaudit.report.safetext import json_text
+    from gpuaudit.util.jsonio import json_text
 
     result = analyze(root, config, preset, **inputs)
     if as_json:

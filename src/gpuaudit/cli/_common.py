@@ -4,7 +4,6 @@ path option means (`~` expansion, URLs refused where only a local path works) is
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -135,11 +134,3 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(0) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )

@@ -10,7 +10,7 @@ import typer
 from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
 from gpuaudit.cli.push import DeleteOption, EndpointOption
-from gpuaudit.util import paths
+from gpuaudit.util import logsetup, paths
 from gpuaudit.util.paths import collection_target
 
 agent_app = typer.Typer(
@@ -71,9 +71,8 @@ def run(
 ) -> None:
     """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM; SIGHUP
     flushes now). One agent per host and data directory."""
-    from gpuaudit.agent import log
     from gpuaudit.agent.runner import Agent, AgentConfig
-    log.setup(verbose)
+    logsetup.setup(events=True, verbose=verbose)
     url = paths.as_url(data)
     if url:
         fail(f"the agent writes to a local directory, not {url}: "

@@ -8,6 +8,7 @@ import typer
 
 from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.util import logsetup
 from gpuaudit.util.paths import collection_target
 
 EndpointOption = typer.Option(
@@ -53,11 +54,11 @@ def push_cmd(
         # not on the SIGTERM/SIGINT a service manager or a terminal sends the whole group.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        log.setup(verbose)
+        logsetup.setup(events=True, verbose=verbose)
         push.follow(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload, retries=retries,
                     event=log.event)
         return
-    _warn_to_stderr()
+    logsetup.setup()
     try:
         stats = push.push(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload,
                           retries=retries)
@@ -65,9 +66,3 @@ def push_cmd(
         typer.echo(f"skipped: {e}")
         return
     typer.echo(stats.summary(to))
-
-
-def _warn_to_stderr() -> None:
-    from gpuaudit.cli.store import _warn_to_stderr as warn
-
-    warn()

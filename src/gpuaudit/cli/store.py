@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
 
 from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, data_source, fail, handle_errors
+from gpuaudit.util import logsetup
 from gpuaudit.util.paths import expand_user
-
-
-def _warn_to_stderr() -> None:
-    """Store warnings (skipped files) as `gpuaudit: warning: ...` lines; file names come from the data, so control
-    characters in them are shown escaped."""
-    from gpuaudit.util.textsafe import printable
-
-    class _Printable(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return printable(super().format(record))
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(_Printable("gpuaudit: %(levelname)s: %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
-    logging.addLevelName(logging.WARNING, "warning")
 
 
 @app.command()
@@ -50,7 +35,7 @@ def sql(
     from gpuaudit.store import sqlquery
     from gpuaudit.util import resources
 
-    _warn_to_stderr()
+    logsetup.setup()  # store warnings (skipped files) as `gpuaudit: warning: ...` lines
     if list_queries:
         for name in resources.sql_names():
             typer.echo(name)
@@ -113,7 +98,7 @@ def compact(
     """Merge each partition's small files into one (safe to interrupt; readers never see rows twice)."""
     from gpuaudit import store
 
-    _warn_to_stderr()
+    logsetup.setup()  # store warnings (skipped files) as `gpuaudit: warning: ...` lines
     root = data_path(data)
     if not root.is_dir():
         fail(f"no dataset at {root}")

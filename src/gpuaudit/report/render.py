@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from gpuaudit.report.model import Report
-from gpuaudit.report.safetext import visible
+from gpuaudit.util.textsafe import visible
 
 HTML_TEMPLATE = "report.html.j2"
 MD_TEMPLATE = "report.md.j2"

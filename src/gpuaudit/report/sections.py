@@ -92,7 +92,7 @@ def _col(table: Any, *candidates: str) -> str | None:
 
 def _cell(value: Any, unit: str) -> str:
     if value is None:
-        return "—"
+        return fmt.MISSING["cell"]
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int | float):
@@ -546,7 +546,8 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
     parts = sorted({k for s in c.scenarios for k in s.components})
     comp = Table(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
-        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else "—" for p in parts])
+        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else fmt.MISSING["cell"]
+                                    for p in parts])
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
@@ -647,7 +648,7 @@ def _method(r: Any) -> Section:
             ("days with data", f"{t.observed_days:,} of {t.days:.1f}"),
             ("GPUs / GPU equivalents / hosts", f"{t.gpus:,} / {t.gpu_equivalents:,.2f} / {t.hosts:,}"),
             ("samples", f"{t.samples:,}"),
-            ("measurement sources", ", ".join(t.sources) or "—"),
+            ("measurement sources", ", ".join(t.sources) or fmt.MISSING["cell"]),
             ("GPUs that stopped reporting", ", ".join(q.stopped_reporting) or "none"),
             ("confidence method", f"{c.method}: {c.resamples:,} resamples, seed {c.seed}"),
             ("dataset schema version", str(r.dataset_schema_version)),

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.report.safetext import json_text
 from gpuaudit.util import atomic
+from gpuaudit.util.jsonio import json_text
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult

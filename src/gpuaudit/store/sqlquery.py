@@ -16,6 +16,7 @@ import duckdb
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import Dataset
 from gpuaudit.util import atomic, jsonio, paths
+from gpuaudit.util.jsonio import plain
 from gpuaudit.util.textsafe import printable
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -233,18 +234,9 @@ def _json_default(value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """A value JSON can carry: NaN and infinities become null (JSON has neither), a MAP's (key, value) pairs
-    an object."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {(k if isinstance(k, str) else json.dumps(_plain(k), default=_json_default)): _plain(v)
-                    for k, v in value}
-        return [_plain(v) for v in value]
-    return value
+    """A value JSON can carry (util.jsonio.plain): NaN and infinities become null (JSON has neither), a MAP's
+    (key, value) pairs an object."""
+    return plain(value, maps=True, default=_json_default)
 
 
 def unique_names(names: Sequence[str]) -> list[str]:
