@@ -63,7 +63,7 @@ def _child(engine: str, root: str, out: str) -> None:
     if engine == "spark":
         import psutil
 
-        from gpuaudit.analysis import spark
+        from gpuaudit.analysis.stage1 import spark
 
         t0 = time.perf_counter()
         session = spark.session()

@@ -24,8 +24,9 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end.
-AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet")
+# spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end;
+# layout: `gpuaudit report` at 100 M rows, the code before issue 15's restructure against the code now.
+AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet", "layout")
 
 
 def machine() -> str:
@@ -115,6 +116,10 @@ def main() -> int:
         "- reproduce: `make bench` (or `python benchmarks/run.py`)\n\n"
         "Every figure is measured in the same run as its baseline; ratios are what to compare across machines.\n\n"
     )
+    # The GPU check runs on a GPU machine (benchmarks/gpu_check.sh), not here: its last result is kept.
+    from gpu_check_summary import _json, markdown
+
+    sections.append(markdown(_json(HERE / "gpu_check.json")))
     args.out.write_text(header + "\n".join(sections), encoding="utf-8")
     (args.out.with_suffix(".json")).write_text(json.dumps(raw, indent=1, default=str), encoding="utf-8")
     print(f"wrote {args.out}")

@@ -1,5 +1,5 @@
 """A simulated node whose dataset grows by flushes, and how to compare datasets: shared by the collection
-tests (test_collection.py, test_push_review.py; their fixtures are in conftest.py)."""
+tests (test_collection.py, test_push.py; their fixtures are in conftest.py)."""
 
 from __future__ import annotations
 

@@ -9,10 +9,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from gpuaudit import schema, store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,3 +67,28 @@ def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
     for needle in needles:
         assert needle in line, line
     return line
+
+
+NASTY = "\x1b[31mred\x1b[0m\r\bover\x00nul\u202eevil\x1b]0;title\x07\x9b"
+
+
+def _nasty_dataset(root: Path, n: int = 120) -> None:
+    """One GPU on a host whose name, GPU name, user, job and pod carry escape sequences, bidi overrides..."""
+    t0 = datetime(2026, 3, 2, tzinfo=UTC)
+    ts = [t0 + timedelta(minutes=i + 1) for i in range(n)]
+    host = f"node-{NASTY}"
+    samples = {
+        "ts": ts, "interval_s": [60.0] * n, "host": [host] * n, "gpu_uuid": [f"GPU-{NASTY}"] * n,
+        "gpu_index": [0] * n, "gpu_name": [f"H100 {NASTY}"] * n, "gpu_fraction": [1.0] * n,
+        "sm_active": [0.5 if i % 2 else 0.0 for i in range(n)], "duty_cycle": [0.9 if i % 2 else 0.0 for i in range(n)],
+        "n_processes": [1 if i % 2 else 0 for i in range(n)], "power_w": [300.0] * n,
+        "source": [schema.SOURCE_SIMULATED] * n,
+    }
+    busy = [t for i, t in enumerate(ts) if i % 2]
+    processes = {
+        "ts": busy, "host": [host] * len(busy), "gpu_uuid": [f"GPU-{NASTY}"] * len(busy), "pid": [7] * len(busy),
+        "user": [f"mallory{NASTY}"] * len(busy), "job_id": [f"job{NASTY}"] * len(busy),
+        "k8s_pod": [f"pod{NASTY}"] * len(busy), "command": [f"python {NASTY}"] * len(busy),
+    }
+    store.write_table(root, schema.SAMPLES, samples)
+    store.write_table(root, schema.PROCESSES, processes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from helpers import REPO, require_binary
+from tests.helpers import REPO, require_binary
 
 ARTIFACTS = REPO / "test-artifacts"
 

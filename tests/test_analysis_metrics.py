@@ -246,7 +246,7 @@ def test_docs_list_every_result_field() -> None:
     missing = [
         f"{cls.__name__}.{f.name}"
         for cls in (R.AnalysisResult, R.Trial, R.Utilization, R.Breakdowns, R.DataQuality, R.Decision, R.RuleFired,
-                    R.Condition, R.DecisionInputs, R.Costs, R.Scenario, R.BreakEven, R.HybridSizing, R.Sensitivity,
+                    R.Condition, R.DecisionInputs, R.Costs, R.CostScenario, R.BreakEven, R.HybridSizing, R.Sensitivity,
                     R.Confidence, R.Interval, R.Assumption, R.ConfidenceLevel)
         for f in dataclasses.fields(cls)
         if f"`{f.name}`" not in docs

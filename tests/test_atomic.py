@@ -62,7 +62,7 @@ def test_write_synced_never_writes_through_a_symlink(tmp_path: Path) -> None:
     assert victim.read_text() == "keep"
 
 
-def test_report_files_keep_their_owner_only_mode(tmp_path: Path) -> None:
+def test_report_files_are_staged_whole_and_honour_the_umask(tmp_path: Path) -> None:
     from gpuaudit.report.writer import write_files
 
     old = os.umask(0o022)
@@ -70,6 +70,6 @@ def test_report_files_keep_their_owner_only_mode(tmp_path: Path) -> None:
         write_files(tmp_path, [(tmp_path / "report.md", "# r\n"), (tmp_path / "charts" / "a.svg", b"<svg/>")])
     finally:
         os.umask(old)
-    assert _mode(tmp_path / "report.md") == 0o600 and _mode(tmp_path / "charts" / "a.svg") == 0o600
+    assert _mode(tmp_path / "report.md") == 0o644 and _mode(tmp_path / "charts" / "a.svg") == 0o644
     assert (tmp_path / "report.md").read_text() == "# r\n"
     assert not [p for p in tmp_path.rglob("*.tmp")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import run_cli
+from tests.helpers import run_cli
 
 SMALL = ("--gpus", "8", "--days", "2", "--interval", "900")
 

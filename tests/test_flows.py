@@ -28,8 +28,8 @@ def test_the_flow_refuses_before_reading_the_config(tmp_path: Path) -> None:
         flows.analyze(tmp_path / "none", config=tmp_path / "no-such.toml")
 
 
-def test_report_pipeline_is_the_flow() -> None:
-    from gpuaudit.report import pipeline
+def test_the_report_library_does_not_hold_a_flow() -> None:
+    """report/pipeline.py once held a second analyze flow: the flows live in gpuaudit.flows only."""
+    import importlib.util
 
-    assert pipeline.analyze is flows.analyze and pipeline.report_dataset is flows.report_dataset
-    assert pipeline.run_demo is flows.run_demo
+    assert importlib.util.find_spec("gpuaudit.report.pipeline") is None

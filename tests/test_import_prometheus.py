@@ -289,10 +289,8 @@ def test_cli_import_then_analyze(prom: tuple[PromServer, list[Gpu]], tmp_path: P
     assert r.returncode == 0, r.stderr
     assert "imported 12096 sample rows (6 GPUs/MIG slices on 3 hosts)" in r.stdout
     assert "upper bound" in r.stderr  # node-b's GPU 1 has the duty cycle only
-    try:
-        from gpuaudit.analysis import analyze
-    except ImportError:
-        pytest.skip("the analyzer (gpuaudit.analysis.analyze) is not available yet")
+    from gpuaudit.analysis import analyze
+
     result = analyze(data)
     u = result.utilization
     # Σ sm_active x time x gpu_fraction over the week, node-b's GPU 1 counted by duty cycle (upper bound).

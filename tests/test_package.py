@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from tests.helpers import REPO
-from tests.test_store import samples_frame
+from tests.store_helpers import samples_frame
 
 from gpuaudit import schema, store
 
@@ -40,6 +40,7 @@ def test_wheel_contains_sql_and_templates(wheel: Path) -> None:
     assert templates, "templates/ is empty"
     for t in templates:
         assert f"gpuaudit/templates/{t.relative_to(REPO / 'templates')}" in names
+    assert "gpuaudit/py.typed" in names  # PEP 561: type checkers use the package's own annotations
 
 
 def test_wheel_runs_a_canned_query_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.helpers import run_cli
+from tests.report_helpers import HOSTILE_NAMES, artifact, open_in_chromium, simulate_small, write_fixed_dataset
 
 from gpuaudit.report import fmt
-from helpers import run_cli
-from report_helpers import HOSTILE_NAMES, artifact, open_in_chromium, simulate_small, write_fixed_dataset
 
 pytestmark = pytest.mark.chromium
 

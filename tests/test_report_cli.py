@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from helpers import run_cli
-from report_helpers import HOSTILE_NAMES, normalize_generated, write_fixed_dataset
+from tests.helpers import run_cli
+from tests.report_helpers import HOSTILE_NAMES, normalize_generated, write_fixed_dataset
 
 GOLDEN = Path(__file__).parent / "golden"
 

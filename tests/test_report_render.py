@@ -5,12 +5,12 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+from tests.report_helpers import EVIL
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.report import charts, fmt
 from gpuaudit.report.render import md_escape
 from gpuaudit.report.writer import parse_formats
-from report_helpers import EVIL
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -91,7 +91,7 @@ def test_report_package_stays_out_of_the_cli_and_nvml() -> None:
     import sys
 
     code = (
-        "import sys, gpuaudit.report.sections, gpuaudit.report.writer, gpuaudit.report.pipeline, "
+        "import sys, gpuaudit.report.sections, gpuaudit.report.writer, "
         "gpuaudit.report.terminal, gpuaudit.report.render;"
         "print(sorted(m for m in ('typer', 'pynvml') if m in sys.modules))"
     )

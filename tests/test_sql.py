@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from tests.helpers import REPO, run_cli
-from tests.test_store import samples_frame
+from tests.store_helpers import samples_frame
 
 from gpuaudit import schema, store
 
@@ -81,9 +81,12 @@ def test_canned_queries_run_from_any_directory(data: Path, tmp_path: Path) -> No
     assert row["gpus"] == 2 and row["sample_rows"] == 600
     assert row["real_util"] == pytest.approx(0.45, abs=1e-6)  # sm_active cycles 0.0 .. 0.9
     assert row["runtime_util"] == pytest.approx(0.5)
-    listed = run_cli("sql", "--list").stdout.split()
+    lines = run_cli("sql", "--list").stdout.splitlines()
+    listed = [line.split()[0] for line in lines]
+    # Users see their queries with a line each; the analyzer's own stage-1 queries are not listed.
+    assert sorted(p.stem for p in (REPO / "sql").glob("*.sql") if not p.stem.startswith("analysis_")) == sorted(listed)
     assert {"fleet_summary", "gpu_summary"} <= set(listed)
-    assert sorted(p.stem for p in (REPO / "sql").glob("*.sql")) == sorted(listed)
+    assert all(len(line.split(None, 1)) == 2 for line in lines), lines  # a description on every line
 
 
 def test_views_statements_work_in_a_plain_duckdb_client(data: Path) -> None:

@@ -10,34 +10,16 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
 import polars as pl
 import pytest
+from tests.store_helpers import T0, samples_frame
 
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
-
-T0 = datetime(2026, 3, 1, 23, 0, tzinfo=UTC)
-
-
-def samples_frame(n: int = 600, hosts: tuple[str, ...] = ("node-a", "node-b"), step_s: int = 20) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "ts": [T0 + timedelta(seconds=step_s * (i // len(hosts))) for i in range(n)],
-            "interval_s": [float(step_s)] * n,
-            "host": [hosts[i % len(hosts)] for i in range(n)],
-            "gpu_uuid": [f"GPU-{i % len(hosts)}" for i in range(n)],
-            "gpu_index": [0] * n,
-            "gpu_fraction": [1.0] * n,
-            "sm_active": [round((i % 10) / 10, 3) for i in range(n)],
-            "duty_cycle": [min(1.0, (i % 10) / 10 + 0.1) for i in range(n)],
-            "n_processes": [i % 2 for i in range(n)],
-            "source": ["simulated"] * n,
-        }
-    )
 
 
 def test_write_partitions_by_host_and_utc_date(tmp_path: Path) -> None:

@@ -53,6 +53,18 @@ TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S p
 TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong clock: neither is a sample
 
 
+# The longest text each text column may hold, in characters: what real producers give, with room to spare
+# (NVML's device name buffer is 96 bytes, a Kubernetes object name 253, the agent cuts a command line at 256).
+# The writer cuts a longer value to its bound; the reader leaves out a row that holds one (a foreign file with
+# 100 MB strings would otherwise cost gigabytes of memory and a report of hundreds of MB), naming the file.
+TEXT_MAX_CHARS = {
+    SAMPLES: {"gpu_uuid": 128, "gpu_name": 256, "mig_profile": 64, "source": 64},
+    PROCESSES: {"gpu_uuid": 128, "user": 256, "job_id": 256, "k8s_namespace": 253, "k8s_pod": 253,
+                "container": 256, "command": 256},
+}
+HOST_MAX_BYTES = 255  # the partition key lives in a directory name: one path component
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -123,14 +135,20 @@ def stored_columns(table: str) -> list[Column]:
     return [c for c in COLUMNS[table] if c.name not in PARTITION_KEYS]
 
 
-def typed_select(table: str, present: set[str] | None = None, *, columns: list[Column] | None = None) -> str:
+def typed_select(table: str, present: set[str] | None = None, *, columns: list[Column] | None = None,
+                 bounded: bool = False) -> str:
     """The SELECT list casting each contract column to its type, in contract order; a column not in
-    `present` (when given) becomes a typed NULL, so old files and partial producers still fit."""
+    `present` (when given) becomes a typed NULL, so old files and partial producers still fit. `bounded` (the
+    writer): text cut to its TEXT_MAX_CHARS bound."""
     cols = columns if columns is not None else list(COLUMNS[table])
+    bounds = TEXT_MAX_CHARS[table] if bounded else {}
     parts = []
     for c in cols:
         expr = quote_ident(c.name) if present is None or c.name in present else "NULL"
-        parts.append(f"CAST({expr} AS {c.sql_type}) AS {quote_ident(c.name)}")
+        cast = f"CAST({expr} AS {c.sql_type})"
+        if c.name in bounds and expr != "NULL":
+            cast = f"left({cast}, {bounds[c.name]})"
+        parts.append(f"{cast} AS {quote_ident(c.name)}")
     return ", ".join(parts)
 
 

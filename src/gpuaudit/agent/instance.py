@@ -44,11 +44,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_in_child)
 
 
-def lock_path(root: Path, host: str) -> Path:
-    name = quote(host, safe="-_.~") or "host"
-    if len(name) > 200:  # keep the file name legal and still unique per host
+def host_key(host: str) -> str:
+    """`host` as a file-name component, one per host (injective): percent-encoded, so "n 1" (n%201) and "n_1"
+    never share a lock or a status file; "%" alone for an empty name (percent-encoding never gives it). A long
+    name keeps a legal length and stays unique through its hash."""
+    name = quote(host, safe="-_.~") or "%"
+    if len(name) > 200:
         name = name[:150] + "-" + hashlib.sha256(host.encode()).hexdigest()[:16]
-    return Path(root) / f".agent-{name}.lock"
+    return name
+
+
+def lock_path(root: Path, host: str) -> Path:
+    return Path(root) / f".agent-{host_key(host)}.lock"
 
 
 class AgentLock:

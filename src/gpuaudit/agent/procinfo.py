@@ -17,7 +17,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-COMMAND_MAX = 256
+from gpuaudit import schema
+
+COMMAND_MAX = schema.TEXT_MAX_CHARS[schema.PROCESSES]["command"]  # the contract's bound
 
 # Slurm: v1 ".../slurm/uid_1000/job_123/step_0/task_0", v2 ".../slurmstepd.scope/job_123/step_0/...",
 # several slurmd per node: "/slurm_node01/uid_.../job_..."
@@ -41,7 +43,8 @@ class CgroupInfo:
 def cgroup_paths(text: str) -> list[str]:
     """The cgroup paths of a /proc/<pid>/cgroup file (v1 `id:controllers:path`, v2 `0::path`),
     the v2 line first: it is the authoritative one on a hybrid host."""
-    v2, v1 = [], []
+    v2: list[str] = []
+    v1: list[str] = []
     for line in text.splitlines():
         parts = line.strip().split(":", 2)
         if len(parts) != 3:

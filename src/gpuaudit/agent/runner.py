@@ -45,9 +45,8 @@ INTERVAL_MAX_S = 3600.0
 
 
 def status_name(host: str) -> str:
-    from gpuaudit.agent.buffer import _safe
-
-    return f"agent-status-{_safe(host)}.json"
+    """The status file of `host`'s agent: named as its lock is (instance.host_key), one file per host."""
+    return f"agent-status-{instance.host_key(host)}.json"
 
 
 @dataclass
@@ -226,7 +225,14 @@ class Agent:
 
     def run(self) -> dict[str, Any]:
         """Sample until --duration, --once, or a signal; flush; return the final status."""
-        self.lock.acquire()  # a second agent for this host and directory stops here, naming the first
+        # NVML first: a node without a usable driver fails with its hint and leaves nothing behind (the lock
+        # would create the data directory and a lock file for an agent that never ran).
+        self.nvml.init()
+        try:
+            self.lock.acquire()  # a second agent for this host and directory stops here, naming the first
+        except BaseException:
+            self.nvml.shutdown()
+            raise
         try:
             return self._run()
         finally:
@@ -236,7 +242,6 @@ class Agent:
         cfg = self.config
         event("start", host=cfg.host, interval_s=cfg.interval_s, flush_interval_s=cfg.flush_interval_s,
               root=cfg.root, version=__version__)
-        self.nvml.init()  # a missing library / driver is fatal here, with its hint
         self._write_status()  # `agent status` sees the agent from now on (and tests wait for this)
         start = self.mono()
         end = start + cfg.duration_s if cfg.duration_s else None

@@ -9,6 +9,7 @@ unit that failed an interval simply has no row for it (a visible gap) and restar
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -113,7 +114,7 @@ class Sampler:
         if not mode or not mode[0]:
             unit = Unit(index, uuid, name, handle, handle, gpm_supported=gpm)
             if gpm:
-                unit.gpm = GpmBuffers(nv, lambda buf, h=handle: nv.call("nvmlGpmSampleGet", h, buf))
+                unit.gpm = GpmBuffers(nv, functools.partial(nv.call, "nvmlGpmSampleGet", handle))
             return [unit]
         total_slices = nv.query("nvmlDeviceGetMaxMigDeviceCount", handle) or 7
         units = []
@@ -132,8 +133,7 @@ class Sampler:
                         gpu_fraction=(slices / total_slices) if slices else 1.0 / total_slices,
                         gpm_supported=gpm)
             if gpm:
-                unit.gpm = GpmBuffers(
-                    nv, lambda buf, h=handle, g=int(gi): nv.call("nvmlGpmMigSampleGet", h, g, buf))
+                unit.gpm = GpmBuffers(nv, functools.partial(nv.call, "nvmlGpmMigSampleGet", handle, int(gi)))
             units.append(unit)
         return units
 

@@ -13,25 +13,27 @@ from gpuaudit import schema
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
 from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
     RESULT_VERSION,
     AnalysisResult,
     Assumption,
     Breakdowns,
     BreakEven,
-    Column,
     Confidence,
     Costs,
     DataQuality,
     Decision,
     Deployment,
     Figure,
+    HybridCurveColumns,
     HybridSizing,
     Sensitivity,
     Table,
+    TableColumn,
     Trial,
     Utilization,
 )
-from gpuaudit.analysis.scenarios import CostBlock, Measured
+from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve
 
 
 def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, trial: Trial,
@@ -41,7 +43,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, t
              egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
-    costs_ = _costs(cfg, block, measured)
+    costs_ = _costs(cfg, block, measured, tr.days)
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
@@ -77,12 +79,14 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, t
     )
 
 
-def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
+def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
     ok = m.reporting > 1e-9
     scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
+    phantom = max(m.r - m.s, 0.0) * p.blended
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_effective_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
@@ -123,6 +127,11 @@ def _costs(cfg: Config, block: CostBlock, m: Measured) -> Costs:
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud effective rate", phantom_src,
+                           "What the held GPU time that did no work would cost in the cloud, over the trial."),
+        phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
+                                    f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
+                                    "The same, per year at the trial's rate."),
     )
 
 
@@ -148,6 +157,7 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
                                upper_bound=upper),
         measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
         rent_fixed_usd=b.rent_fixed_usd, rent_variable_usd=b.rent_variable_usd,
+        curve=break_even_curve(b, block.fleet.gpus, block.timeline.months),
     )
 
 
@@ -155,16 +165,17 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     sz = block.sizing
     series = block.held
     fractile = 1.0 / sz.u if sz.u > 0 and math.isfinite(sz.u) else 0.0
+    k = HybridCurveColumns
     rows = tuple(
-        {"n": int(n), "owned_usd": float(o), "cloud_usd": float(c), "total_usd": float(o + c),
-         "cloud_gpu_hours": float(h)}
+        {k.N: int(n), k.OWNED_USD: float(o), k.CLOUD_USD: float(c), k.TOTAL_USD: float(o + c),
+         k.CLOUD_GPU_HOURS: float(h)}
         for n, o, c, h in zip(sz.candidates, sz.owned_usd, sz.cloud_usd, sz.overflow_gpu_hours, strict=True)
     )
     curve = Table(
         "hybrid_curve", "Present value over the horizon by owned GPU count N (N = 0: all cloud).",
-        (Column("n", "GPUs", "GPUs owned"), Column("owned_usd", "USD", "owned cost(N)"),
-         Column("cloud_usd", "USD", "cloud cost of demand above N"), Column("total_usd", "USD", "sum"),
-         Column("cloud_gpu_hours", "GPU-h", "horizon GPU-hours rented")),
+        (TableColumn(k.N, "GPUs", "GPUs owned"), TableColumn(k.OWNED_USD, "USD", "owned cost(N)"),
+         TableColumn(k.CLOUD_USD, "USD", "cloud cost of demand above N"), TableColumn(k.TOTAL_USD, "USD", "sum"),
+         TableColumn(k.CLOUD_GPU_HOURS, "GPU-h", "horizon GPU-hours rented")),
         rows, "fleet-scaled demand series × cost model",
     )
     basis = "held"  # what the cloud bills: every plan is priced on it

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util.smallfile import CONFIG_MAX_BYTES, read_small_text
 
 PRESETS = ("default", "article")
 
@@ -215,12 +216,10 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
     if path is not None:
         p = Path(path)
         where = str(p)
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as e:
-            raise GpuauditError(f"config error: cannot read {p}: {e.strerror or e}") from e
-        except UnicodeDecodeError as e:
-            raise GpuauditError(f"config error: {p} is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
+        try:  # a regular file of a config's size: never /dev/zero read to the end of memory
+            text = read_small_text(p, "--config", CONFIG_MAX_BYTES)
+        except GpuauditError as e:
+            raise GpuauditError(f"config error: {e}") from None
         user = _parse(text, where)
     file_preset = user.pop("preset", None)
     if file_preset is not None and not isinstance(file_preset, str):
@@ -237,7 +236,7 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
         for section, values in layer.items():
             if section not in SECTIONS:
                 raise GpuauditError(
-                    f"config error: unknown section [{section}] in {label}; known: {', '.join(SECTIONS)}"
+                    f"config error: unknown section [{_cut(section)}] in {label}; known: {', '.join(SECTIONS)}"
                 )
             if not isinstance(values, dict):
                 raise GpuauditError(f"config error: {section} must be a table ([{section}]), got {_show(values)}")
@@ -248,7 +247,7 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
                                         f"{REMOVED[f'{section}.{key}']}; delete the line")
                 if key not in known:
                     raise GpuauditError(
-                        f"config error: unknown key {section}.{key} in {label}; known: {', '.join(sorted(known))}"
+                        f"config error: unknown key {section}.{_cut(key)} in {label}; known: {', '.join(sorted(known))}"
                     )
                 merged[section][key] = value
                 sources[f"{section}.{key}"] = label
@@ -260,9 +259,16 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
 
 def _show(value: Any) -> str:
     try:
-        return json.dumps(value)
+        return _cut(json.dumps(value))
     except TypeError:
-        return repr(value)
+        return _cut(repr(value))
+
+
+SHOWN_CHARS = 80  # of a key or value echoed in an error: a 200 KB key is still a one-line message
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def _build(cls: type, section: str, values: dict[str, Any]) -> Any:

@@ -114,10 +114,10 @@ def critical_fractile_n(demand: np.ndarray, cloud_rate: float, own_rate: np.ndar
                 hi = mid
         return lo
 
-    own = float(own_rate)
-    pieces = [(1, top, own)]
+    new_rate = float(own_rate)
+    pieces = [(1, top, new_rate)]
     if keep_rate is not None and existing > 0:
-        pieces = [(1, min(existing, top), float(keep_rate)), (existing + 1, top, own)]
+        pieces = [(1, min(existing, top), float(keep_rate)), (existing + 1, top, new_rate)]
     for lo, hi, rate in pieces:
         k = first_bad(lo, hi, rate)
         if k is not None:

@@ -25,8 +25,10 @@ from gpuaudit.analysis.result import (
     Decision,
     DecisionInputs,
     Deployment,
+    GrowthColumns,
     Sensitivity,
     Table,
+    TornadoColumns,
     Trial,
 )
 from gpuaudit.analysis.scenarios import (
@@ -172,7 +174,8 @@ def _decide(cfg: Config, inputs: DecisionInputs, t: ut.Totals, tr: Trial, block:
     a = cfg.analysis
     evidence = Evidence(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
-        sensitivity_flips=tuple(r["parameter"] for r in sens.tornado.rows if r["changes_cheapest"]),
+        sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in sens.tornado.rows
+                                if r[TornadoColumns.CHANGES_CHEAPEST]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=upper, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
@@ -201,10 +204,11 @@ def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resample
 
 def _growth_flip(growth: Table, cheapest: str) -> tuple[float, str] | None:
     """The lowest demand growth of the growth table at which another scenario is the cheapest, if any."""
-    for row in sorted(growth.rows, key=lambda x: float(x["growth_per_year"])):  # type: ignore[arg-type]
-        g = float(row["growth_per_year"])  # type: ignore[arg-type]
-        if g > 0 and row["cheapest"] != cheapest:
-            return g, str(row["cheapest"])
+    col = GrowthColumns
+    for row in sorted(growth.rows, key=lambda x: float(x[col.GROWTH_PER_YEAR])):
+        g = float(row[col.GROWTH_PER_YEAR])
+        if g > 0 and row[col.CHEAPEST] != cheapest:
+            return g, str(row[col.CHEAPEST])
     return None
 
 

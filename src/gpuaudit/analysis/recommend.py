@@ -17,11 +17,11 @@ from gpuaudit.analysis.result import (
     Branch,
     Confidence,
     ConfidenceLevel,
+    CostScenario,
     Decision,
     DecisionInputs,
     Deployment,
     RuleFired,
-    Scenario,
     Trial,
 )
 
@@ -41,7 +41,7 @@ def _usd(x: float) -> str:
     return f"${abs(x):,.0f}"
 
 
-def scenario_branch(s: Scenario, current: Deployment) -> str:
+def scenario_branch(s: CostScenario, current: Deployment) -> str:
     """The branch a scenario carries out."""
     if s.id.startswith("all-cloud"):
         return Branch.CLOUD.value
@@ -54,7 +54,7 @@ def scenario_branch(s: Scenario, current: Deployment) -> str:
     return Branch.HYBRID.value if s.cloud_gpu_hours > 1e-9 else Branch.ON_PREM.value
 
 
-def _carries(s: Scenario, current: Deployment) -> str:
+def _carries(s: CostScenario, current: Deployment) -> str:
     """The branch a scenario is the plan for, whatever it ends up renting (the tree's point of comparison)."""
     if s.id == "stay-as-is":
         return current.value
@@ -77,7 +77,7 @@ class Evidence:
     growth_flip: tuple[float, str] | None = None  # lowest demand growth/year at which another plan is cheapest
 
 
-def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[Scenario],
+def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[CostScenario],
               cheapest: str, possible: Sequence[Branch], ev: Evidence) -> Decision:
     by_id = {s.id: s for s in scenarios}
     best = by_id[cheapest]
@@ -125,8 +125,8 @@ def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
             "everywhere: duty cycle gives only an upper bound)")
 
 
-def _headline(fired: RuleFired, inputs: DecisionInputs, best: Scenario, stay: Scenario | None, tree: list[str],
-              tree_best: Scenario, saving: float, versus_tree: float, ev: Evidence, months: int,
+def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay: CostScenario | None, tree: list[str],
+              tree_best: CostScenario, saving: float, versus_tree: float, ev: Evidence, months: int,
               residency: bool, agrees: bool, same_cost: bool = False) -> str:
     util = _utilization_text(inputs, ev)
     at_prices = f"at your prices {best.label.lower()}"
@@ -186,7 +186,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
     elif c.resamples and c.cheapest_flip_share >= 0.05:
         cap(1, f"the cheapest scenario changes in {c.cheapest_flip_share:.0%} of day-resamples")
     d = c.cost_difference_usd
-    if c.resamples and d.low < 0 < d.high:
+    if c.resamples and d.low is not None and d.high is not None and d.low < 0 < d.high:
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:

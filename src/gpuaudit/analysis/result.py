@@ -2,8 +2,10 @@
 
 Every figure is a `Figure` carrying its value, unit, formula and source (the rows and rollup it was
 computed from), so any number in a report can be traced back. Breakdowns are `Table`s (columns with
-units, plain records). `AnalysisResult.to_dict()` gives the stable JSON that `gpuaudit analyze --json`
-prints; keys only ever get added (bump RESULT_VERSION when a meaning changes).
+units, plain records) whose column names are the constants of the `*Columns` classes below: the analyzer
+writes them, the report reads them, and a name that is not a column raises `ResultContractError`.
+`AnalysisResult.to_dict()` gives the stable JSON that `gpuaudit analyze --json` prints; keys only ever get
+added (bump RESULT_VERSION when a meaning changes).
 
 Conventions: fractions 0-1 (never percent), GPU-hours weighted by `gpu_fraction` (a MIG slice counts
 as its share of a GPU), money in USD, timestamps ISO 8601 UTC.
@@ -19,6 +21,7 @@ from typing import Any, ClassVar
 from gpuaudit.util.jsonio import plain
 
 RESULT_VERSION = 2  # 2: present-value costs, held-hour break-even, one recommendation, bounds
+HOURS_PER_YEAR = 8766.0  # 365.25 days: what "per year" figures scale the trial to
 
 
 class Branch(enum.StrEnum):
@@ -58,8 +61,15 @@ class Figure:
     lower_bound: bool = False
 
 
+class ResultContractError(LookupError):
+    """The report asked a table for a column the analyzer does not write: a renamed or dropped column fails
+    loudly here instead of silently dropping a chart."""
+
+
 @dataclass(frozen=True)
-class Column:
+class TableColumn:
+    """One column of a result `Table`: its name (a key of every row), unit and meaning."""
+
     name: str
     unit: str = ""
     description: str = ""
@@ -71,7 +81,7 @@ class Table:
 
     name: str
     description: str
-    columns: tuple[Column, ...]
+    columns: tuple[TableColumn, ...]
     rows: tuple[dict[str, Any], ...]
     source: str = ""
     JSON_FIELDS: ClassVar[tuple[str, ...]] = ("name", "description", "source", "columns", "rows")  # to_dict's order
@@ -86,6 +96,172 @@ class Table:
 
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def require(self, *names: str) -> None:
+        """Raise ResultContractError unless every one of `names` is a column of this table."""
+        have = self.column_names()
+        missing = [n for n in names if n not in have]
+        if missing:
+            raise ResultContractError(
+                f"result table {self.name!r} has no column {', '.join(map(repr, missing))} "
+                f"(its columns: {', '.join(have) or 'none'})"
+            )
+
+    def values(self, name: str) -> list[Any]:
+        """One column's values, row by row (None where a row has no value)."""
+        self.require(name)
+        return [row.get(name) for row in self.rows]
+
+
+# -- column names: one spelling per column, written by the analyzer and read by the report --------------
+# They are also the keys of the rows in `gpuaudit analyze --json` (docs/analyzer.md): renaming one changes
+# the documented JSON, and tests/test_result_contract.py says so.
+
+
+class ColumnNames:
+    """A namespace of column-name constants (UPPER_CASE str attributes, inherited ones first)."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        out: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            out.update({k: v for k, v in vars(klass).items() if k.isupper() and isinstance(v, str)})
+        return tuple(dict.fromkeys(out.values()))
+
+
+class WrsColumns(ColumnNames):
+    """The W/R/S figures every utilization breakdown (per node, per GPU, hour of week, per week) carries."""
+
+    OBSERVED_GPU_HOURS: ClassVar[str] = "observed_gpu_hours"
+    RUNTIME_GPU_HOURS: ClassVar[str] = "runtime_gpu_hours"
+    REAL_GPU_HOURS: ClassVar[str] = "real_gpu_hours"
+    RUNTIME_UTILIZATION: ClassVar[str] = "runtime_utilization"
+    REAL_UTILIZATION: ClassVar[str] = "real_utilization"
+    EFFICIENCY_WHILE_HELD: ClassVar[str] = "efficiency_while_held"
+    IDLE_HELD_GPU_HOURS: ClassVar[str] = "idle_held_gpu_hours"
+
+
+class PerNodeColumns(WrsColumns):
+    HOST: ClassVar[str] = "host"
+    GPUS: ClassVar[str] = "gpus"
+
+
+class PerGpuColumns(WrsColumns):
+    HOST: ClassVar[str] = "host"
+    GPU: ClassVar[str] = "gpu"  # GPU UUID, /migN for a MIG slice
+    GPU_NAME: ClassVar[str] = "gpu_name"
+    GPU_FRACTION: ClassVar[str] = "gpu_fraction"
+    MAX_MEM_USED_BYTES: ClassVar[str] = "max_mem_used_bytes"
+    MEM_TOTAL_BYTES: ClassVar[str] = "mem_total_bytes"
+    AVERAGE_POWER_W: ClassVar[str] = "average_power_w"
+    UPPER_BOUND: ClassVar[str] = "upper_bound"
+    NEVER_USED: ClassVar[str] = "never_used"
+
+
+class HolderColumns(ColumnNames):
+    """What per_user, per_job and per_pod carry next to their key (`user`, `job`, `pod`)."""
+
+    RUNTIME_GPU_HOURS: ClassVar[str] = "runtime_gpu_hours"
+    REAL_GPU_HOURS: ClassVar[str] = "real_gpu_hours"
+    EFFICIENCY_WHILE_HELD: ClassVar[str] = "efficiency_while_held"
+    IDLE_HELD_GPU_HOURS: ClassVar[str] = "idle_held_gpu_hours"
+    GPUS: ClassVar[str] = "gpus"
+    FIRST_HOUR: ClassVar[str] = "first_hour"
+    LAST_HOUR: ClassVar[str] = "last_hour"
+
+
+class PerUserColumns(HolderColumns):
+    USER: ClassVar[str] = "user"
+
+
+class PerJobColumns(HolderColumns):
+    JOB: ClassVar[str] = "job"
+
+
+class PerPodColumns(HolderColumns):
+    POD: ClassVar[str] = "pod"  # namespace/pod
+
+
+class HourOfWeekColumns(WrsColumns):
+    DAY_OF_WEEK: ClassVar[str] = "day_of_week"  # 0 = Monday
+    HOUR_OF_DAY: ClassVar[str] = "hour_of_day"  # 0-23 UTC
+
+
+class PerWeekColumns(WrsColumns):
+    WEEK: ClassVar[str] = "week"  # the Monday it starts on
+    GPUS: ClassVar[str] = "gpus"
+
+
+class DemandColumns(ColumnNames):
+    HOUR: ClassVar[str] = "hour"
+    GPUS_HELD: ClassVar[str] = "gpus_held"
+    PEAK_GPUS_HELD: ClassVar[str] = "peak_gpus_held"
+    GPUS_IN_USE: ClassVar[str] = "gpus_in_use"
+    PEAK_GPUS_IN_USE: ClassVar[str] = "peak_gpus_in_use"
+    GPUS_REPORTING: ClassVar[str] = "gpus_reporting"
+
+
+class DemandDurationColumns(ColumnNames):
+    GPUS_HELD: ClassVar[str] = "gpus_held"  # a level of the hourly demand
+    SHARE_OF_HOURS: ClassVar[str] = "share_of_hours"  # share of hours with demand at or above it
+
+
+class GpuCoverageColumns(ColumnNames):
+    """DataQuality.gpus."""
+
+    HOST: ClassVar[str] = "host"
+    GPU: ClassVar[str] = "gpu"
+    OBSERVED_HOURS: ClassVar[str] = "observed_hours"
+    COVERAGE: ClassVar[str] = "coverage"
+    GAP_HOURS: ClassVar[str] = "gap_hours"
+    FIRST_SAMPLE: ClassVar[str] = "first_sample"
+    LAST_SAMPLE: ClassVar[str] = "last_sample"
+    STOPPED_REPORTING: ClassVar[str] = "stopped_reporting"
+
+
+class HybridCurveColumns(ColumnNames):
+    N: ClassVar[str] = "n"
+    OWNED_USD: ClassVar[str] = "owned_usd"
+    CLOUD_USD: ClassVar[str] = "cloud_usd"
+    TOTAL_USD: ClassVar[str] = "total_usd"
+    CLOUD_GPU_HOURS: ClassVar[str] = "cloud_gpu_hours"
+
+
+class BreakEvenCurveColumns(ColumnNames):
+    HELD_UTILIZATION: ClassVar[str] = "held_utilization"
+    CLOUD_USD_PER_GPU_YEAR: ClassVar[str] = "cloud_usd_per_gpu_year"
+    OWNED_USD_PER_GPU_YEAR: ClassVar[str] = "owned_usd_per_gpu_year"
+
+
+class TornadoColumns(ColumnNames):
+    PARAMETER: ClassVar[str] = "parameter"
+    KEY: ClassVar[str] = "key"
+    BASE_VALUE: ClassVar[str] = "base_value"
+    LOW_VALUE: ClassVar[str] = "low_value"
+    HIGH_VALUE: ClassVar[str] = "high_value"
+    BASE_DIFF_USD: ClassVar[str] = "base_diff_usd"
+    LOW_DIFF_USD: ClassVar[str] = "low_diff_usd"
+    HIGH_DIFF_USD: ClassVar[str] = "high_diff_usd"
+    SWING_USD: ClassVar[str] = "swing_usd"
+    CHEAPEST_LOW: ClassVar[str] = "cheapest_low"
+    CHEAPEST_HIGH: ClassVar[str] = "cheapest_high"
+    BREAK_EVEN_LOW: ClassVar[str] = "break_even_low"
+    BREAK_EVEN_HIGH: ClassVar[str] = "break_even_high"
+    CHANGES_CHEAPEST: ClassVar[str] = "changes_cheapest"
+
+
+class GrowthColumns(ColumnNames):
+    """Sensitivity.growth: these, and one `scenario_usd(id)` column per scenario."""
+
+    GROWTH_PER_YEAR: ClassVar[str] = "growth_per_year"
+    DEMAND_FACTOR: ClassVar[str] = "demand_factor"
+    CHEAPEST: ClassVar[str] = "cheapest"
+    HYBRID_GPUS: ClassVar[str] = "hybrid_gpus"
+
+    @staticmethod
+    def scenario_usd(scenario_id: str) -> str:
+        """The column of one scenario's total, e.g. all-cloud -> all_cloud_usd."""
+        return f"{scenario_id.replace('-', '_')}_usd"
 
 
 @dataclass(frozen=True)
@@ -144,6 +320,7 @@ class Utilization:
     average_power_w: Figure
     energy_kwh: Figure
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
+    phantom_gpu_hours: Figure  # max(R − S, 0): held GPU time that did no work (a lower bound where S is an upper one)
 
 
 @dataclass(frozen=True)
@@ -153,7 +330,8 @@ class Breakdowns:
     per_node, per_gpu, per_user, per_job, per_pod: W/R/S GPU-hours and their ratios per entity.
     hour_of_week: 7 × 24 cells (day_of_week 0=Monday, hour_of_day 0-23 UTC) of utilization.
     per_week: ISO week trend. demand: the fleet demand series (GPUs held and SM-weighted GPUs in use
-    per bucket), the input of hybrid sizing.
+    per bucket), the input of hybrid sizing. demand_duration: its duration curve, the share of hours in which
+    GPUs held reached each level (a step per distinct level).
     """
 
     per_node: Table
@@ -164,6 +342,7 @@ class Breakdowns:
     hour_of_week: Table
     per_week: Table
     demand: Table
+    demand_duration: Table  # DemandDurationColumns
 
 
 @dataclass(frozen=True)
@@ -264,7 +443,7 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class CostScenario:
     """One way to run the measured demand over the horizon.
 
     id: stay-as-is, all-cloud, all-on-prem, hybrid, and the what-if plans all-cloud-if-packed,
@@ -301,6 +480,8 @@ class Costs:
     fleet_gpus / fleet_capacity / owned_gpus: GPUs in the fleet, its capacity in GPU equivalents, GPUs owned.
     pack_factor: held demand × this in the "if behaviour changes" scenarios. reserved_gpus: all-cloud's
       reservation (billed 24/7). cloud_reserved/flexible_usd_per_gpu_hour: the two cloud prices.
+    phantom_usd / phantom_usd_per_year: what the held-but-idle time (R − S) would cost at the cloud's effective
+      rate, over the trial and per year.
     """
 
     horizon_months: int
@@ -310,7 +491,7 @@ class Costs:
     power_w_per_gpu: Figure
     power_source: str
     scale: float
-    scenarios: tuple[Scenario, ...]
+    scenarios: tuple[CostScenario, ...]
     cheapest: str
     preset: str
     discount_rate_per_year: float
@@ -322,6 +503,8 @@ class Costs:
     reserved_gpus: float
     cloud_reserved_usd_per_gpu_hour: Figure
     cloud_flexible_usd_per_gpu_hour: Figure
+    phantom_usd: Figure  # the trial's phantom GPU-hours (R − S) at the cloud's effective rate
+    phantom_usd_per_year: Figure  # the same, scaled to a year (HOURS_PER_YEAR ÷ trial hours)
 
 
 @dataclass(frozen=True)
@@ -340,6 +523,8 @@ class BreakEven:
       measured_real / measured_runtime: S/W and R/W.
     verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_held < u* ⇔
       "cloud"); always "on-prem" under data residency. own_usd / cloud_usd: the two totals compared.
+    curve: USD per fleet GPU-year of renting (fixed part + compute in proportion to held hours) and of owning
+      (flat) over a grid of held-hour utilizations 0-1: the break-even chart.
     """
 
     real_utilization: Figure
@@ -353,8 +538,9 @@ class BreakEven:
     own_reference: str
     own_usd: float
     cloud_usd: float
-    rent_fixed_usd: float = 0.0
-    rent_variable_usd: float = 0.0
+    rent_fixed_usd: float
+    rent_variable_usd: float
+    curve: Table  # BreakEvenCurveColumns; no rows when there is no break-even
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config, bounds
 from gpuaudit.analysis.hybrid import Sizing, overflow_mean, size
-from gpuaudit.analysis.result import Column, Deployment, Figure, Scenario, Table
+from gpuaudit.analysis.result import (
+    BreakEvenCurveColumns,
+    CostScenario,
+    Deployment,
+    Figure,
+    GrowthColumns,
+    Table,
+    TableColumn,
+    TornadoColumns,
+)
 
 SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
 WHAT_IF_ORDER = ("all-cloud-if-packed", "all-on-prem-if-packed", "hybrid-if-packed")
@@ -126,7 +136,7 @@ class CostBlock:
     power_source: str
     owned_marginal: float  # a new GPU, $/h
     fleet: Fleet
-    scenarios: tuple[Scenario, ...]
+    scenarios: tuple[CostScenario, ...]
     cheapest: str
     sizing: Sizing
     break_even: BreakEvenCalc
@@ -148,14 +158,14 @@ def _first(parts: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: float(np.atleast_1d(v)[0]) for k, v in parts.items()}
 
 
-def is_cloud_used(s: Scenario) -> bool:
+def is_cloud_used(s: CostScenario) -> bool:
     return any(abs(s.components.get(k, 0.0)) > 1e-9 for k in _CLOUD_PARTS)
 
 
 def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, owned: int, parts: dict[str, float],
-              formula: str, tl: costs.Timeline, *, what_if: bool = False, allowed: bool = True) -> Scenario:
+              formula: str, tl: costs.Timeline, *, what_if: bool = False, allowed: bool = True) -> CostScenario:
     total = _sum(parts)
-    return Scenario(
+    return CostScenario(
         id=sid, label=label, description=description,
         cloud_gpu_hours=mean_cloud_gpus * costs.HOURS_PER_MONTH * tl.months, owned_gpus=owned,
         total=Figure(total, "USD", formula, "cost model (config) × the fleet-scaled demand series",
@@ -196,7 +206,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     def flex_bill(mean_gpus: float) -> dict[str, float]:
         return costs.cloud_bill(cfg, tl, 0.0, mean_gpus)
 
-    out: list[Scenario] = []
+    out: list[CostScenario] = []
     # stay as is
     if m.current is Deployment.ON_PREM:
         over = float(overflow_mean(held, np.array([float(fl.existing)]), prices.unit)[0])
@@ -267,7 +277,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                      cheapest, sizing, be, plan, held, day, pack)
 
 
-def cheapest_of(scenarios: list[Scenario] | tuple[Scenario, ...]) -> str:
+def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str:
     """The cheapest allowed scenario (what-if scenarios never count); ties go to the earlier one."""
     pool = [s for s in scenarios if s.allowed and not s.what_if]
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
@@ -299,11 +309,41 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
 
 
+BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # held-hour utilizations the curve is drawn at
+
+
+def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> Table:
+    """Renting and owning per fleet GPU-year (present value) against held-hour utilization: renting k × today's
+    held demand costs fixed + k × compute, owning the fleet costs the same at any utilization, and the two meet
+    at u*. No rows when there is no finite break-even (nothing measured, or nothing to rent)."""
+    c = BreakEvenCurveColumns
+    rows: tuple[dict[str, float], ...] = ()
+    if b.held is not None and math.isfinite(b.held) and b.own_usd and fleet_gpus:
+        years = horizon_months / 12
+        owned = b.own_usd / fleet_gpus / years
+        per = fleet_gpus * years
+        rows = tuple(
+            {c.HELD_UTILIZATION: x,
+             c.CLOUD_USD_PER_GPU_YEAR: (b.rent_fixed_usd + b.rent_variable_usd * x / b.measured_held) / per
+             if b.measured_held > 0 else b.rent_fixed_usd / per,
+             c.OWNED_USD_PER_GPU_YEAR: owned}
+            for x in BREAK_EVEN_GRID
+        )
+    cols = (
+        TableColumn(c.HELD_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),
+        TableColumn(c.CLOUD_USD_PER_GPU_YEAR, "USD", "renting: (fixed part + compute bill × this utilization ÷ "
+                    "the measured one) ÷ fleet GPUs ÷ years"),
+        TableColumn(c.OWNED_USD_PER_GPU_YEAR, "USD", f"owning ({b.own_reference}): its total ÷ fleet GPUs ÷ years"),
+    )
+    return Table("break_even_curve", "Renting and owning per fleet GPU-year (present value) by held-hour "
+                 "utilization.", cols, rows, "cost model × fleet-scaled demand")
+
+
 def total_of(block: CostBlock, sid: str) -> float:
     return float(next(s.total.value for s in block.scenarios if s.id == sid) or 0.0)
 
 
-def best_owning(block: CostBlock) -> Scenario:
+def best_owning(block: CostBlock) -> CostScenario:
     """The cheapest allowed scenario that owns GPUs (stay-as-is counts only when today's fleet is owned)."""
     pool = [s for s in block.scenarios if s.id in OWNING and s.allowed and not s.what_if and s.owned_gpus > 0]
     return min(pool, key=lambda s: (s.total.value or 0.0, SCENARIO_ORDER.index(s.id)))
@@ -326,9 +366,10 @@ def _within(u: float | None) -> float | None:
 
 
 def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
+    T = TornadoColumns
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for section, key, label in PARAMETERS:
         lo, hi = bounds(section, key)
         value = float(getattr(getattr(cfg, section), key))
@@ -341,51 +382,52 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
         rows.append({
-            "parameter": label, "key": f"{section}.{key}", "base_value": value, "low_value": lv, "high_value": hv,
-            "base_diff_usd": base_diff, "low_diff_usd": lo_diff, "high_diff_usd": hi_diff,
-            "swing_usd": abs(hi_diff - lo_diff),
-            "cheapest_low": lb.cheapest, "cheapest_high": hb.cheapest,
-            "break_even_low": _within(lb.break_even.held), "break_even_high": _within(hb.break_even.held),
-            "changes_cheapest": lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
+            T.PARAMETER: label, T.KEY: f"{section}.{key}", T.BASE_VALUE: value, T.LOW_VALUE: lv, T.HIGH_VALUE: hv,
+            T.BASE_DIFF_USD: base_diff, T.LOW_DIFF_USD: lo_diff, T.HIGH_DIFF_USD: hi_diff,
+            T.SWING_USD: abs(hi_diff - lo_diff),
+            T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
+            T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),
+            T.CHANGES_CHEAPEST: lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
         })
-    rows.sort(key=lambda r: (-r["swing_usd"], r["parameter"]))
+    rows.sort(key=lambda r: (-r[T.SWING_USD], r[T.PARAMETER]))
     pct = f"{fraction:.0%}"
     cols = (
-        Column("parameter", "", "input moved"), Column("key", "", "config key"),
-        Column("base_value", "", "configured value"),
-        Column("low_value", "", f"value × {1 - fraction:g} (clamped to its range)"),
-        Column("high_value", "", f"value × {1 + fraction:g} (clamped to its range)"),
-        Column("base_diff_usd", "USD", "all-cloud − cheapest owning scenario, configured inputs"),
-        Column("low_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input low"),
-        Column("high_diff_usd", "USD", "all-cloud − cheapest owning scenario, this input high"),
-        Column("swing_usd", "USD", "|high − low|"),
-        Column("cheapest_low", "", "cheapest allowed scenario, this input low"),
-        Column("cheapest_high", "", "cheapest allowed scenario, this input high"),
-        Column("break_even_low", "fraction", "break-even held-hour utilization, this input low (empty: never)"),
-        Column("break_even_high", "fraction", "break-even held-hour utilization, this input high (empty: never)"),
-        Column("changes_cheapest", "", "the cheapest scenario changes at either end"),
+        TableColumn(T.PARAMETER, "", "input moved"), TableColumn(T.KEY, "", "config key"),
+        TableColumn(T.BASE_VALUE, "", "configured value"),
+        TableColumn(T.LOW_VALUE, "", f"value × {1 - fraction:g} (clamped to its range)"),
+        TableColumn(T.HIGH_VALUE, "", f"value × {1 + fraction:g} (clamped to its range)"),
+        TableColumn(T.BASE_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, configured inputs"),
+        TableColumn(T.LOW_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input low"),
+        TableColumn(T.HIGH_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input high"),
+        TableColumn(T.SWING_USD, "USD", "|high − low|"),
+        TableColumn(T.CHEAPEST_LOW, "", "cheapest allowed scenario, this input low"),
+        TableColumn(T.CHEAPEST_HIGH, "", "cheapest allowed scenario, this input high"),
+        TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),
+        TableColumn(T.BREAK_EVEN_HIGH, "fraction", "break-even held-hour utilization, this input high (empty: never)"),
+        TableColumn(T.CHANGES_CHEAPEST, "", "the cheapest scenario changes at either end"),
     )
     return Table("tornado", f"Each input ±{pct} on its own (positive difference: owning is cheaper); inputs "
                  "set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
 
 
 def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
+    G = GrowthColumns
     rows = []
     tl = costs.timeline(cfg)
     for g in rates:
         b = cost_block(cfg, m, growth=g, what_if=False)
-        row: dict[str, object] = {"growth_per_year": g, "demand_factor": tl.mean_growth(g)}
+        row: dict[str, object] = {G.GROWTH_PER_YEAR: g, G.DEMAND_FACTOR: tl.mean_growth(g)}
         for s in b.scenarios:
-            row[f"{s.id.replace('-', '_')}_usd"] = s.total.value
-        row["cheapest"] = b.cheapest
-        row["hybrid_gpus"] = b.plan.n_hybrid
+            row[G.scenario_usd(s.id)] = s.total.value
+        row[G.CHEAPEST] = b.cheapest
+        row[G.HYBRID_GPUS] = b.plan.n_hybrid
         rows.append(row)
     cols = (
-        Column("growth_per_year", "fraction", "demand growth per year"),
-        Column("demand_factor", "", "demand multiplier averaged over the horizon (months weighted by discount)"),
-        *(Column(f"{sid.replace('-', '_')}_usd", "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
-        Column("cheapest", "", "cheapest allowed scenario"),
-        Column("hybrid_gpus", "GPUs", "GPUs the hybrid scenario owns (best N ≥ 1) at this growth"),
+        TableColumn(G.GROWTH_PER_YEAR, "fraction", "demand growth per year"),
+        TableColumn(G.DEMAND_FACTOR, "", "demand multiplier averaged over the horizon (months weighted by discount)"),
+        *(TableColumn(G.scenario_usd(sid), "USD", f"present value of scenario {sid}") for sid in SCENARIO_ORDER),
+        TableColumn(G.CHEAPEST, "", "cheapest allowed scenario"),
+        TableColumn(G.HYBRID_GPUS, "GPUs", "GPUs the hybrid scenario owns (best N ≥ 1) at this growth"),
     )
     return Table("growth", "Scenario totals when demand grows (average multiplier over the horizon).", cols,
                  tuple(rows), "cost model rerun per growth rate")

@@ -5,18 +5,28 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.result import (
     Breakdowns,
-    Column,
     DataQuality,
+    DemandColumns,
+    DemandDurationColumns,
     Figure,
+    GpuCoverageColumns,
+    HolderColumns,
+    HourOfWeekColumns,
+    PerGpuColumns,
+    PerNodeColumns,
+    PerWeekColumns,
     Table,
+    TableColumn,
     Trial,
     Utilization,
+    WrsColumns,
 )
 from gpuaudit.analysis.stage1.rollup import Rollups
 from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
@@ -28,13 +38,13 @@ SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hou
 
 # Shared column definitions of the W/R/S tables.
 _WRS = (
-    Column("observed_gpu_hours", "GPU-h", "W: time covered by samples"),
-    Column("runtime_gpu_hours", "GPU-h", "R: time with at least one process"),
-    Column("real_gpu_hours", "GPU-h", "S: SM activity × time"),
-    Column("runtime_utilization", "fraction", "R / W"),
-    Column("real_utilization", "fraction", "S / W"),
-    Column("efficiency_while_held", "fraction", "S / R"),
-    Column("idle_held_gpu_hours", "GPU-h", "held by a process while SM activity < 1 %"),
+    TableColumn(WrsColumns.OBSERVED_GPU_HOURS, "GPU-h", "W: time covered by samples"),
+    TableColumn(WrsColumns.RUNTIME_GPU_HOURS, "GPU-h", "R: time with at least one process"),
+    TableColumn(WrsColumns.REAL_GPU_HOURS, "GPU-h", "S: SM activity × time"),
+    TableColumn(WrsColumns.RUNTIME_UTILIZATION, "fraction", "R / W"),
+    TableColumn(WrsColumns.REAL_UTILIZATION, "fraction", "S / W"),
+    TableColumn(WrsColumns.EFFICIENCY_WHILE_HELD, "fraction", "S / R"),
+    TableColumn(WrsColumns.IDLE_HELD_GPU_HOURS, "GPU-h", "held by a process while SM activity < 1 %"),
 )
 
 
@@ -71,6 +81,11 @@ class Totals:
         return self.energy_j / self.energy_s if self.energy_s > 0 else None
 
 
+def _num(value: Any) -> float:
+    """A polars aggregate (Series.min/max/sum, typed as any Python literal) of a numeric column, as a float."""
+    return float(value)
+
+
 def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return pl.when(b > 0).then(a / b).otherwise(None)
 
@@ -102,7 +117,7 @@ def _wrs_ratios(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def table(name: str, description: str, df: pl.DataFrame, columns: tuple[Column, ...], source: str) -> Table:
+def table(name: str, description: str, df: pl.DataFrame, columns: tuple[TableColumn, ...], source: str) -> Table:
     names = [c.name for c in columns]
     rows = tuple(df.select(names).to_dicts()) if df.height else ()
     return Table(name=name, description=description, columns=columns, rows=rows, source=source)
@@ -115,7 +130,7 @@ def check_enough(roll: Rollups, cfg: Config, root: str) -> None:
             f"no GPU samples in {root}: record some first (`gpuaudit agent run`, `gpuaudit import prometheus` "
             "or `gpuaudit simulate`)"
         )
-    span_h = (float(g["last_s"].max()) - float(g["first_s"].min())) / H
+    span_h = (_num(g["last_s"].max()) - _num(g["first_s"].min())) / H
     if span_h < cfg.decision.min_trial_hours:
         raise NoDataError(
             f"the trial in {root} covers only {span_h * 60:.0f} minutes; at least "
@@ -131,7 +146,7 @@ def totals(roll: Rollups) -> Totals:
                "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s").sum()
     ).row(0, named=True)
     per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
-    span_s = float(g["last_s"].max()) - float(g["first_s"].min())
+    span_s = _num(g["last_s"].max()) - _num(g["first_s"].min())
     return Totals(
         w=sums["observed_s"] / H, r=sums["held_s"] / H, b=(sums["busy_s"] or 0) / H, s=(sums["real_s"] or 0) / H,
         s_lower=((sums["real_s"] or 0) - (sums["fallback_real_s"] or 0)) / H, overlap=(sums["overlap_s"] or 0) / H,
@@ -158,7 +173,7 @@ def add_months(day: dt.date, months: int) -> dt.date:
 
 def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     g = roll.gpu_hours
-    start, end = _ts(float(g["first_s"].min())), _ts(float(g["last_s"].max()))
+    start, end = _ts(_num(g["first_s"].min())), _ts(_num(g["last_s"].max()))
     days = (end - start).total_seconds() / 86400
     sources = sorted(set(g["source_min"].drop_nulls().to_list()) | set(g["source_max"].drop_nulls().to_list()))
     observed_days = g.select((pl.col("hour_s") // 86400).n_unique()).item()
@@ -229,6 +244,10 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
         real_utilization_lower=fig(t.s_lower / t.w, "fraction", "(S − duty-cycle stand-in) / W", src,
                                    "Lowest possible real utilization: duty-cycle-only time counted as no SM "
                                    "activity (equals real utilization where SM activity was measured)."),
+        phantom_gpu_hours=Figure(max(t.r - t.s, 0.0), "GPU-h", "max(R − S, 0)", src,
+                                 "Phantom GPU-hours: runtime GPU-hours minus real GPU-hours over the trial"
+                                 + (" (a lower bound: S is an upper bound)" if upper else "") + ".",
+                                 lower_bound=upper),
     )
 
 
@@ -286,14 +305,14 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
         .sort("runtime_gpu_hours", label, descending=[True, False])
     )
     cols = (
-        Column(label, "", f"{label} (from gpu_processes)"),
-        Column("runtime_gpu_hours", "GPU-h", "share of R this holder held"),
-        Column("real_gpu_hours", "GPU-h", "share of S while held"),
-        Column("efficiency_while_held", "fraction", "S / R"),
-        Column("idle_held_gpu_hours", "GPU-h", "held while SM activity < 1 %"),
-        Column("gpus", "count", "GPUs (MIG slices) used"),
-        Column("first_hour", "UTC", "first hour seen"),
-        Column("last_hour", "UTC", "end of the last hour seen"),
+        TableColumn(label, "", f"{label} (from gpu_processes)"),
+        TableColumn(HolderColumns.RUNTIME_GPU_HOURS, "GPU-h", "share of R this holder held"),
+        TableColumn(HolderColumns.REAL_GPU_HOURS, "GPU-h", "share of S while held"),
+        TableColumn(HolderColumns.EFFICIENCY_WHILE_HELD, "fraction", "S / R"),
+        TableColumn(HolderColumns.IDLE_HELD_GPU_HOURS, "GPU-h", "held while SM activity < 1 %"),
+        TableColumn(HolderColumns.GPUS, "count", "GPUs (MIG slices) used"),
+        TableColumn(HolderColumns.FIRST_HOUR, "UTC", "first hour seen"),
+        TableColumn(HolderColumns.LAST_HOUR, "UTC", "end of the last hour seen"),
     )
     return table(name, description, agg, cols, SRC_HOLDERS)
 
@@ -304,7 +323,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         g.group_by("host").agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus")).sort("host")
     )
     per_node = table("per_node", "Utilization per node.", node,
-                     (Column("host", "", "node"), Column("gpus", "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
+                     (TableColumn(PerNodeColumns.HOST, "", "node"),
+                      TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
 
     gpu = _wrs_ratios(
         g.group_by("host", "gpu_uuid", "mig_instance")
@@ -322,13 +342,15 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     per_gpu = table(
         "per_gpu", "Utilization per GPU (MIG slices separately).", gpu,
-        (Column("host", "", "node"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
-         Column("gpu_name", "", "product name"), Column("gpu_fraction", "GPUs", "share of a physical GPU"),
-         *_WRS, Column("max_mem_used_bytes", "bytes", "peak framebuffer memory used"),
-         Column("mem_total_bytes", "bytes", "framebuffer memory"),
-         Column("average_power_w", "W", "measured average board power"),
-         Column("upper_bound", "", "SM activity not measured: duty cycle stands in (upper bound)"),
-         Column("never_used", "", "no process during the whole trial")),
+        (TableColumn(PerGpuColumns.HOST, "", "node"),
+         TableColumn(PerGpuColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
+         TableColumn(PerGpuColumns.GPU_NAME, "", "product name"),
+         TableColumn(PerGpuColumns.GPU_FRACTION, "GPUs", "share of a physical GPU"),
+         *_WRS, TableColumn(PerGpuColumns.MAX_MEM_USED_BYTES, "bytes", "peak framebuffer memory used"),
+         TableColumn(PerGpuColumns.MEM_TOTAL_BYTES, "bytes", "framebuffer memory"),
+         TableColumn(PerGpuColumns.AVERAGE_POWER_W, "W", "measured average board power"),
+         TableColumn(PerGpuColumns.UPPER_BOUND, "", "SM activity not measured: duty cycle stands in (upper bound)"),
+         TableColumn(PerGpuColumns.NEVER_USED, "", "no process during the whole trial")),
         SRC_SAMPLES,
     )
 
@@ -345,7 +367,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     hour_of_week = table(
         "hour_of_week", "Utilization by hour of the week (UTC), summed over the trial's weeks.", how,
-        (Column("day_of_week", "", "0 = Monday … 6 = Sunday"), Column("hour_of_day", "", "0-23 UTC"), *_WRS),
+        (TableColumn(HourOfWeekColumns.DAY_OF_WEEK, "", "0 = Monday … 6 = Sunday"),
+         TableColumn(HourOfWeekColumns.HOUR_OF_DAY, "", "0-23 UTC"), *_WRS),
         SRC_SAMPLES,
     )
     week = _wrs_ratios(
@@ -357,7 +380,8 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
     )
     per_week = table(
         "per_week", "Weekly trend (weeks start on Monday, UTC).", week,
-        (Column("week", "", "Monday the week starts on"), Column("gpus", "count", "GPUs reporting"), *_WRS),
+        (TableColumn(PerWeekColumns.WEEK, "", "Monday the week starts on"),
+         TableColumn(PerWeekColumns.GPUS, "count", "GPUs reporting"), *_WRS),
         SRC_SAMPLES,
     )
 
@@ -379,15 +403,39 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         f"Fleet demand per hour (mean and peak of {bucket_s:g} s buckets): GPUs held by processes and "
         "SM-weighted GPUs in use.",
         hourly,
-        (Column("hour", "UTC", "hour start"),
-         Column("gpus_held", "GPUs", "mean GPUs held by at least one process"),
-         Column("peak_gpus_held", "GPUs", "peak bucket of GPUs held"),
-         Column("gpus_in_use", "GPUs", "mean SM-weighted GPUs in use (Σ sm_active × gpu_fraction)"),
-         Column("peak_gpus_in_use", "GPUs", "peak bucket of SM-weighted GPUs in use"),
-         Column("gpus_reporting", "GPUs", "mean GPUs with samples")),
+        (TableColumn(DemandColumns.HOUR, "UTC", "hour start"),
+         TableColumn(DemandColumns.GPUS_HELD, "GPUs", "mean GPUs held by at least one process"),
+         TableColumn(DemandColumns.PEAK_GPUS_HELD, "GPUs", "peak bucket of GPUs held"),
+         TableColumn(DemandColumns.GPUS_IN_USE, "GPUs", "mean SM-weighted GPUs in use (Σ sm_active × gpu_fraction)"),
+         TableColumn(DemandColumns.PEAK_GPUS_IN_USE, "GPUs", "peak bucket of SM-weighted GPUs in use"),
+         TableColumn(DemandColumns.GPUS_REPORTING, "GPUs", "mean GPUs with samples")),
         SRC_SAMPLES + " (level 'demand')",
     )
-    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table)
+    held = [float(v or 0) for v in hourly[DemandColumns.GPUS_HELD].to_list()] if hourly.height else []
+    xs, ys = duration_curve(sorted(held, reverse=True))
+    duration = Table(
+        "demand_duration", "Share of hours in which the fleet held at least this many GPUs (hourly means).",
+        (TableColumn(DemandDurationColumns.GPUS_HELD, "GPUs", "a level of hourly mean GPUs held"),
+         TableColumn(DemandDurationColumns.SHARE_OF_HOURS, "fraction", "share of hours at or above it")),
+        tuple({DemandDurationColumns.GPUS_HELD: x, DemandDurationColumns.SHARE_OF_HOURS: y}
+              for x, y in zip(xs, ys, strict=True)) if held else (),
+        SRC_SAMPLES + " (level 'demand')",
+    )
+    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table,
+                      duration)
+
+
+def duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
+    """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
+    n = len(desc)
+    xs: list[float] = [0.0]
+    ys: list[float] = [1.0]
+    for i, v in enumerate(desc):
+        if i + 1 == n or desc[i + 1] != v:
+            xs.append(v)
+            ys.append((i + 1) / n)
+    pairs = sorted(zip(xs, ys, strict=True))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
@@ -397,12 +445,12 @@ def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
     whole multiple of the longest interval, so every bucket holds one sample per GPU (no false zeros).
     Buckets with no samples inside the trial count as zero demand (no GPU reported)."""
     d = roll.demand
-    longest = float(d["max_interval_s"].max() or DEMAND_BUCKET_S)
+    longest = _num(d["max_interval_s"].max() or DEMAND_BUCKET_S)
     bucket = DEMAND_BUCKET_S * max(1, math.ceil(longest / DEMAND_BUCKET_S - 1e-9))
     d = d.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by("bucket_s").agg(
         pl.col("observed_s", "held_s", "real_s").sum()
     )
-    lo, hi = float(d["bucket_s"].min()), float(d["bucket_s"].max())
+    lo, hi = _num(d["bucket_s"].min()), _num(d["bucket_s"].max())
     grid = pl.DataFrame({"bucket_s": [lo + i * bucket for i in range(round((hi - lo) / bucket) + 1)]})
     d = grid.join(d, on="bucket_s", how="left").fill_null(0.0)
     return d.select(
@@ -472,12 +520,15 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     warnings.extend(roll.rejected_rows)
     gpus = table(
         "gpus", "Coverage per GPU.", per,
-        (Column("host"), Column("gpu", "", "GPU UUID (/migN for a MIG slice)"),
-         Column("observed_hours", "hours", "time covered by samples"),
-         Column("coverage", "fraction", "observed hours ÷ trial hours"),
-         Column("gap_hours", "hours", "hours of the trial window without a sample"),
-         Column("first_sample", "UTC"), Column("last_sample", "UTC"),
-         Column("stopped_reporting", "", "last sample more than the threshold before the trial end")),
+        (TableColumn(GpuCoverageColumns.HOST),
+         TableColumn(GpuCoverageColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
+         TableColumn(GpuCoverageColumns.OBSERVED_HOURS, "hours", "time covered by samples"),
+         TableColumn(GpuCoverageColumns.COVERAGE, "fraction", "observed hours ÷ trial hours"),
+         TableColumn(GpuCoverageColumns.GAP_HOURS, "hours", "hours of the trial window without a sample"),
+         TableColumn(GpuCoverageColumns.FIRST_SAMPLE, "UTC"),
+         TableColumn(GpuCoverageColumns.LAST_SAMPLE, "UTC"),
+         TableColumn(GpuCoverageColumns.STOPPED_REPORTING, "",
+                     "last sample more than the threshold before the trial end")),
         SRC_SAMPLES,
     )
     return DataQuality(

@@ -31,11 +31,19 @@ def _root(
     ),
 ) -> None:
     """gpuaudit: real GPU utilization, and what it means for cloud vs on-prem."""
+    from gpuaudit.util import logsetup
+
+    logsetup.setup()
 
 
 # Each module adds its commands to `app` on import.
-from gpuaudit.cli import agent, analyze, importer, push, report, simulate, store  # noqa: E402,F401
+from gpuaudit.cli import agent, analyze, importer, push, report, selftest, simulate, store  # noqa: E402,F401
 
 
 def main() -> None:
-    app()
+    """The console script: usage errors are one `gpuaudit: error: ...` line, as every other error."""
+    import sys
+
+    from gpuaudit.cli._usage import run
+
+    sys.exit(run(app))

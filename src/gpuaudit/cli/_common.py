@@ -132,5 +132,9 @@ def handle_errors(fn: F) -> F:
         except BrokenPipeError:
             sys.stderr.close()  # `gpuaudit sql ... | head` is fine
             raise typer.Exit(0) from None
+        except OSError as e:  # the machine said no (read-only, permissions, a name too long): one line, not a bug
+            where = f": {e.filename}" if e.filename else ""
+            fail(f"{e.strerror or e}{where}")
+
 
     return wrapper  # type: ignore[return-value]

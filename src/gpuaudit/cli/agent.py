@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -84,7 +85,7 @@ def run(
                          upload=upload, upload_endpoint_url=endpoint_url, delete_after_upload=delete_after_upload)
     config.validate()
     nvml, fake = _nvml(simulate, simulate_hardware, simulate_gpus, seed, interval, config.host)
-    extra = {"simulated": {"scenario": simulate, "hardware": simulate_hardware}} if fake else {}
+    extra: dict[str, Any] = {"simulated": {"scenario": simulate, "hardware": simulate_hardware}} if fake else {}
     if upload:
         extra["upload"] = upload
     agent = Agent(config, nvml, attributor=fake.attribution if fake else None, extra_status=extra)

@@ -48,7 +48,10 @@ def prometheus(
                                       "other users in the process list otherwise)."),
     ca_file: Path = typer.Option(None, "--ca-file", help="CA bundle to verify the server's TLS certificate."),
     insecure: bool = typer.Option(False, "--insecure", help="Do not verify TLS certificates."),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for each HTTP answer."),
+    timeout: float = typer.Option(30.0, "--timeout",
+                                  help="Seconds one request may take in all: connecting, headers and body (a "
+                                       "server that answers slowly is cut off too); with retries, "
+                                       "timeout x (retries + 1)."),
     retries: int = typer.Option(3, "--retries", help="Retries on connection errors, timeouts, 429 and 5xx."),
     max_points: int = typer.Option(10_000, "--max-points",
                                    help="Points per series per query (Prometheus allows 11,000)."),

@@ -58,7 +58,6 @@ def push_cmd(
         push.follow(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload, retries=retries,
                     event=log.event)
         return
-    logsetup.setup()
     try:
         stats = push.push(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload,
                           retries=retries)

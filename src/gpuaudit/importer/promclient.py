@@ -4,9 +4,12 @@ and turning every failure into one GpuauditError line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +22,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util.smallfile import TOKEN_MAX_BYTES, read_small_text
 
 TOKEN_ENV = "GPUAUDIT_PROM_TOKEN"
 PASSWORD_ENV = "GPUAUDIT_PROM_PASSWORD"
@@ -56,13 +60,8 @@ def transport(url: str, *, bearer_token_file: Path | None = None, user: str | No
         url = url.removesuffix("/api/v1")
     token = None
     if bearer_token_file is not None:
-        try:
-            token = Path(bearer_token_file).read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise GpuauditError(f"cannot read --bearer-token-file {bearer_token_file}: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise GpuauditError(f"--bearer-token-file {bearer_token_file} is not UTF-8 text (a binary file?)"
-                                ) from None
+        # A regular file of a token's size: never /dev/zero read to the end of memory, nor a FIFO waited on.
+        token = read_small_text(bearer_token_file, "--bearer-token-file", TOKEN_MAX_BYTES).strip()
         if not token:
             raise GpuauditError(f"--bearer-token-file {bearer_token_file} is empty")
     else:
@@ -115,8 +114,34 @@ class _CappedAdapter(HTTPAdapter):
                 raise ResponseTooLarge(total)
             chunks.append(chunk)
         response._content = b"".join(chunks)  # what requests itself sets when it reads the body
-        response._content_consumed = True
+        response._content_consumed = True  # type: ignore[attr-defined]  # private, not in the stubs
         return response
+
+
+class _DeadlinePassed(Exception):
+    """The request as a whole (connect, headers, body, retries) ran past --timeout."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise _DeadlinePassed in the block once `seconds` have passed. requests' timeout bounds each socket read,
+    not the request: a server sending a byte every 0.5 s never trips a 2 s read timeout (one import ran 304 s
+    with --timeout 2). SIGALRM interrupts the blocked read wherever it is; only the main thread gets signals,
+    elsewhere (and under another timer) the per-read timeout is all there is."""
+    if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0]:
+        yield
+        return
+
+    def expired(_signum: int, _frame: Any) -> None:
+        raise _DeadlinePassed
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class PromClient:
@@ -136,7 +161,7 @@ class PromClient:
         headers = {"Authorization": f"Bearer {t.bearer_token}"} if t.bearer_token else None
         auth = (t.user, t.password or "") if t.user is not None else None
         self.pc = PrometheusConnect(url=t.url, headers=headers, auth=auth, retry=retry, session=session,
-                                    timeout=t.timeout_s)  # type: ignore[arg-type]
+                                    timeout=t.timeout_s)
         # Replaces the adapter PrometheusConnect mounted for this URL: the same retries, plus the size cap.
         session.mount(self.pc.url, _CappedAdapter(t.max_response_bytes, max_retries=retry))
         if t.insecure:
@@ -154,7 +179,10 @@ class PromClient:
         """The server's matrix for `query` evaluated at start, start+step, ..., end (both UTC-aware,
         whole seconds), validated: each item is {"metric": {label: value}, "values": [[ts, "v"], ...]}."""
         try:
-            result = self.pc.custom_query_range(query, start_time=start, end_time=end, step=str(step_s))
+            with _deadline(self.t.timeout_s * (self.t.retries + 1)):
+                result = self.pc.custom_query_range(query, start_time=start, end_time=end, step=str(step_s))
+        except _DeadlinePassed:
+            raise GpuauditError(self._timeout_message()) from None
         except ResponseTooLarge:
             limit = self.t.max_response_bytes / (1024 * 1024)
             raise GpuauditError(f"Prometheus at {self.t.url} sent an answer larger than {limit:g} MiB "

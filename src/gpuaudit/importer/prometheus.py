@@ -41,6 +41,7 @@ from gpuaudit.importer.mapping import AVG, INCREASE, LAST, Mapping, gpu_fraction
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.timespec import align_down
 from gpuaudit.store import journal, writer
+from gpuaudit.store.base import STALE_STAGING_S
 from gpuaudit.util import atomic
 
 log = logging.getLogger("gpuaudit.importer")
@@ -454,7 +455,7 @@ def _remove_stale_stages(staging: Path) -> None:
     now = time.time()
     for d in staging.glob(f"{STAGE_PREFIX}*"):
         try:
-            if d.is_dir() and now - d.stat().st_mtime > store.STALE_STAGING_S:
+            if d.is_dir() and now - d.stat().st_mtime > STALE_STAGING_S:
                 shutil.rmtree(d, ignore_errors=True)
         except OSError:
             pass
@@ -484,14 +485,17 @@ def _write_batch(root: Path, changes: _Changes, samples: pl.LazyFrame, processes
     result.sample_rows += s_rows.height
     for src, n in s_rows.group_by("source").len().iter_rows():
         result.sources[src] = result.sources.get(src, 0) + n
-    s_merged, p_merged = [], []
+    s_merged: list[pl.DataFrame] = []
+    p_merged: list[pl.DataFrame] = []
     for (host, day), s_part in s_rows.partition_by("host", "_d", as_dict=True).items():
         host, date = str(host), day.isoformat()
         s_part = s_part.drop("_d")
         gpus = s_part.select(_gpu_key().alias("k"))["k"].unique().to_list()
         keep, replaced = _supersede(root, changes, schema.SAMPLES, host, date, gpus, start, end)
         result.replaced_rows += replaced
-        s_merged.append(_concat(keep, s_part))
+        merged = _concat(keep, s_part)
+        if merged is not None:  # always: s_part has rows
+            s_merged.append(merged)
         p_part = (p_rows.filter((pl.col("host") == host) & (pl.col("_d") == day)).drop("_d")
                   if p_rows is not None else None)
         keep, _ = _supersede(root, changes, schema.PROCESSES, host, date, gpus, start, end)

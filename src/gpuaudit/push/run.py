@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
@@ -581,7 +581,7 @@ def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None 
         raise GpuauditError(f"no dataset at {root}")
     if retries < 0:
         raise GpuauditError(f"--retries must be >= 0, got {retries}")
-    target = to if hasattr(to, "put") else make_target(to, endpoint_url=endpoint_url)  # type: ignore[arg-type]
+    target: Target = cast(Target, to) if hasattr(to, "put") else make_target(to, endpoint_url=endpoint_url)
     if isinstance(target, DirTarget):
         src, dst = root.resolve(), target.root.resolve()
         if dst == src or src in dst.parents:

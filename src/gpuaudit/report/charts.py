@@ -11,6 +11,13 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn, never by importing the report
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
 INK = "#1f2933"
 GRID = "#d9dee4"
@@ -21,7 +28,7 @@ CLOUD = "#7c3aed"
 ONPREM = "#0f766e"
 TODAY = "#b91c1c"
 
-_STYLE = {
+_STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every name
     "svg.fonttype": "none",  # real <text>: selectable, searchable, small
     "svg.hashsalt": "gpuaudit",  # deterministic ids, so the same data gives the same file
     "text.parse_math": False,
@@ -47,7 +54,7 @@ _STYLE = {
 _WIDTH_IN = 7.2
 
 
-def _figure(height_in: float, name: str):  # -> (Figure, rc_context)
+def _figure(height_in: float, name: str) -> tuple[Figure, AbstractContextManager[Any]]:
     import matplotlib
 
     matplotlib.use("svg")
@@ -59,7 +66,7 @@ def _figure(height_in: float, name: str):  # -> (Figure, rc_context)
     return fig, ctx
 
 
-def _svg(fig, ctx, title: str) -> str:
+def _svg(fig: Figure, ctx: AbstractContextManager[Any], title: str) -> str:
     buf = io.StringIO()
     try:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Title": title})
@@ -81,7 +88,7 @@ def inline(svg: str, label: str, prefix: str = "c") -> str:
     return body.replace("<svg", f'<svg role="img" aria-label="{escape(label)}"', 1)
 
 
-def _pct_axis(axis) -> None:
+def _pct_axis(axis: Axis) -> None:
     from matplotlib.ticker import PercentFormatter
 
     axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
@@ -156,8 +163,9 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
     bar = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
-    bar.solids.set_rasterized(False)
-    bar.solids.set_edgecolor("face")
+    if bar.solids is not None:  # drawn once the colorbar has a mappable (always, here)
+        bar.solids.set_rasterized(False)
+        bar.solids.set_edgecolor("face")
     _pct_axis(bar.ax.yaxis)
     bar.outline.set_visible(False)
     ax.set_title(title)
@@ -325,13 +333,13 @@ def _money(v: float) -> str:
     return f"{sign}${a:,.0f}"
 
 
-def _money_formatter():
+def _money_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: _money(v))
 
 
-def _plain_formatter():
+def _plain_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:,.3g}")

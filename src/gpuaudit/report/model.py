@@ -21,7 +21,9 @@ class KeyFigure:
 
 
 @dataclass(frozen=True)
-class Table:
+class ReportTable:
+    """A table as the reader sees it: display strings, already formatted (the analysis `Table` is the data)."""
+
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     numeric: tuple[bool, ...]  # right-align these columns
@@ -46,7 +48,7 @@ class Section:
     lead: str  # the section's message in one or two sentences
     figures: tuple[KeyFigure, ...] = ()
     charts: tuple[Chart, ...] = ()
-    tables: tuple[Table, ...] = ()
+    tables: tuple[ReportTable, ...] = ()
     notes: tuple[str, ...] = ()
 
 

@@ -7,9 +7,12 @@ the same from a source tree, an editable install or a zipped wheel.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.report.model import Report
+
+if TYPE_CHECKING:
+    import jinja2
 from gpuaudit.util.textsafe import visible
 
 HTML_TEMPLATE = "report.html.j2"
@@ -34,7 +37,7 @@ def _html_visible(value: Any) -> Any:
     return value
 
 
-def _html_env():
+def _html_env() -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(
@@ -63,7 +66,7 @@ def md_escape(value: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def _md_env():
+def _md_env() -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(

@@ -2,23 +2,44 @@
 
 Nothing here measures or estimates anything: every number is a field of `AnalysisResult` (or a direct
 product of two of its fields, with the formula printed next to it). Breakdown tables are rendered from
-their own column lists, so a column the analyzer adds shows up without a change here.
+their own column lists, so a column the analyzer adds shows up without a change here. Columns are read
+by the names in `gpuaudit.analysis.result` (`*Columns`), never guessed: a column the analyzer stops
+writing raises `ResultContractError` instead of dropping a chart.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
+    AnalysisResult,
+    BreakEvenCurveColumns,
+    Condition,
+    CostScenario,
+    DemandDurationColumns,
+    Figure,
+    GpuCoverageColumns,
+    GrowthColumns,
+    HolderColumns,
+    HourOfWeekColumns,
+    HybridCurveColumns,
+    PerJobColumns,
+    PerNodeColumns,
+    PerPodColumns,
+    PerUserColumns,
+    PerWeekColumns,
+    ResultContractError,
+    Table,
+    TableColumn,
+    TornadoColumns,
+)
 from gpuaudit.report import charts, fmt
-from gpuaudit.report.model import Chart, KeyFigure, Report, Section, Table, Verdict
-
-if TYPE_CHECKING:
-    from gpuaudit.analysis.result import AnalysisResult
+from gpuaudit.report.model import Chart, KeyFigure, Report, ReportTable, Section, Verdict
 
 TOP_N = 10
-HOURS_PER_YEAR = 8766.0  # 365.25 days
 
 _HEADLINES = {
     ("cloud", "cloud"): "Stay in the cloud",
@@ -72,22 +93,14 @@ def _date(t: dt.datetime | dt.date) -> str:
     return t.isoformat()
 
 
-def _fig(label: str, figure: Any, *, emphasis: bool = False, text: str | None = None) -> KeyFigure:
+def _fig(label: str, figure: Figure, *, emphasis: bool = False, text: str | None = None) -> KeyFigure:
     value_text = text if text is not None else fmt.unit_value(figure.value, figure.unit)
-    if getattr(figure, "upper_bound", False) and figure.value is not None:
+    if figure.upper_bound and figure.value is not None:
         value_text = "≤ " + value_text
-    elif getattr(figure, "lower_bound", False) and figure.value is not None:
+    elif figure.lower_bound and figure.value is not None:
         value_text = "≥ " + value_text
     source = figure.formula if not figure.source else f"{figure.formula} — {figure.source}"
     return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
-
-
-def _col(table: Any, *candidates: str) -> str | None:
-    names = table.column_names()
-    for c in candidates:
-        if c in names:
-            return c
-    return None
 
 
 def _cell(value: Any, unit: str) -> str:
@@ -108,29 +121,31 @@ def _cell(value: Any, unit: str) -> str:
     return str(value)
 
 
-def _is_numeric(table: Any, col: Any) -> bool:
+def _is_numeric(table: Table, col: TableColumn) -> bool:
     if col.unit:
         return True
     return any(isinstance(r.get(col.name), int | float) and not isinstance(r.get(col.name), bool)
                for r in table.rows[:5])
 
 
-def _label(col: Any) -> str:
+def _label(col: TableColumn) -> str:
     name = col.name.removesuffix("_usd").replace("_", " ")  # cells already say "$"
     return name
 
 
-def _table(table: Any, *, sort_by: str | None = None, limit: int | None = None, caption: str | None = None,
-           columns: Sequence[str] | None = None, empty: str = "nothing to show") -> Table:
-    """A breakdown table as display strings, optionally the top rows by one column."""
-    cols = [c for c in table.columns if columns is None or c.name in columns]
-    if not cols:  # none of the wanted columns exist: show the table as the analyzer gave it
+def _table(table: Table, *, sort_by: str | None = None, limit: int | None = None, caption: str | None = None,
+           columns: Sequence[str] | None = None, empty: str = "nothing to show") -> ReportTable:
+    """A breakdown table as display strings (all its columns, or `columns` in that order), optionally the top
+    rows by one column. A named column the table lacks raises ResultContractError."""
+    if columns is None:
         cols = list(table.columns)
-        columns = None
-    if columns is not None:
-        cols.sort(key=lambda c: list(columns).index(c.name))
+    else:
+        table.require(*columns)
+        by_name = {c.name: c for c in table.columns}
+        cols = [by_name[name] for name in columns]
     rows = list(table.rows)
     if sort_by is not None:
+        table.require(sort_by)
         rows.sort(key=lambda r: -(r.get(sort_by) or 0))
     total = len(rows)
     if limit is not None:
@@ -138,7 +153,7 @@ def _table(table: Any, *, sort_by: str | None = None, limit: int | None = None, 
     cap = (caption if caption is not None else table.description).rstrip(". ")
     if limit is not None and total > limit:
         cap = f"{cap} (top {limit} of {total:,})"
-    return Table(
+    return ReportTable(
         columns=tuple(_label(c) + (f" ({_unit_label(c.unit)})" if _unit_label(c.unit) else "") for c in cols),
         rows=tuple(tuple(_cell(r.get(c.name), c.unit) for c in cols) for r in rows),
         numeric=tuple(_is_numeric(table, c) for c in cols),
@@ -154,11 +169,11 @@ def _unit_label(unit: str) -> str:
 
 # -- the verdict -----------------------------------------------------------------------------------------
 
-def _verdict(r: Any) -> Verdict:
+def _verdict(r: AnalysisResult) -> Verdict:
     d = r.decision
     rec = d.recommendation
-    current = str(d.inputs.current.value if hasattr(d.inputs.current, "value") else d.inputs.current)
-    rule_branch = str(d.branch.value if hasattr(d.branch, "value") else d.branch)
+    current = d.inputs.current.value
+    rule_branch = d.branch.value
     if rec == "hybrid":
         headline = f"Go hybrid: own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
     else:
@@ -216,7 +231,7 @@ def _verdict(r: Any) -> Verdict:
     )
 
 
-def _cost_note(r: Any) -> str:
+def _cost_note(r: AnalysisResult) -> str:
     d = r.decision
     if d.agrees_with_costs:
         return ""
@@ -225,12 +240,12 @@ def _cost_note(r: Any) -> str:
     if not d.determined:
         return (f"The utilization rule could land on {' or '.join(d.possible_branches)}: real utilization is only "
                 f"bounded. The cost model, which bills held hours (measured), finds {name} cheapest. See section 5.")
-    return (f"The utilization rule says {d.branch.value if hasattr(d.branch, 'value') else d.branch}; the cost "
+    return (f"The utilization rule says {d.branch.value}; the cost "
             f"model finds {name} cheaper by {fmt.money(d.versus_tree_usd)} over {r.costs.horizon_months} months "
             "with your prices. The recommendation follows the prices; check them in Method and assumptions.")
 
 
-def _condition(c: Any) -> str:
+def _condition(c: Condition) -> str:
     def show(v: Any) -> str:
         if isinstance(v, bool):
             return "yes" if v else "no"
@@ -243,18 +258,18 @@ def _condition(c: Any) -> str:
     return f"{c.fact.replace('_', ' ')} = {show(c.actual)} {c.op} {show(c.threshold)}"
 
 
-def _scenario(r: Any, sid: str) -> Any | None:
+def _scenario(r: AnalysisResult, sid: str) -> CostScenario | None:
     return next((s for s in r.costs.scenarios if s.id == sid), None)
 
 
-def _cheapest_figure(r: Any) -> KeyFigure:
+def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
     best = _scenario(r, r.costs.cheapest)
     stay = _scenario(r, "stay-as-is")
     months = r.costs.horizon_months
     if best is None:
         return KeyFigure("Cheapest scenario", r.costs.cheapest, "cost model")
     if stay is not None and stay.id != best.id and stay.total.value is not None and best.total.value is not None:
-        saving = stay.total.value - best.total.value
+        saving = r.decision.saving_usd  # stay-as-is minus the cheapest
         return KeyFigure(
             label=f"Cheapest over {months} months: {best.label}",
             text=f"saves {fmt.money(saving)}" if saving >= 0 else f"costs {fmt.money(-saving)} more",
@@ -268,28 +283,22 @@ def _cheapest_figure(r: Any) -> KeyFigure:
 
 # -- 1. believed vs real -----------------------------------------------------------------------------------
 
-def _phantom_dollars(r: Any) -> tuple[float | None, float | None, str]:
-    """Cost of the runtime hours without SM work, over the trial and per year, at the cloud rate."""
-    u = r.utilization
+def _phantom_formula(r: AnalysisResult) -> str:
+    """How the phantom dollars come about, with the numbers (the analysis computed them: costs.phantom_usd)."""
     rate = r.costs.cloud_effective_usd_per_gpu_hour.value
-    if u.runtime_gpu_hours.value is None or u.real_gpu_hours.value is None or rate is None:
-        return None, None, ""
-    idle = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
-    trial_usd = idle * rate
-    hours_observed = max(r.trial.days * 24, 1e-9)
-    per_year = trial_usd * HOURS_PER_YEAR / hours_observed
-    formula = (f"(R − S) × cloud effective rate = {fmt.hours(idle)} × ${rate:,.2f}/GPU-h; "
-               f"per year: × {HOURS_PER_YEAR:,.0f} h ÷ {hours_observed:,.0f} trial hours")
-    return trial_usd, per_year, formula
+    if rate is None:
+        return ""
+    trial_hours = max(r.trial.days * 24, 1e-9)
+    return (f"(R − S) × cloud effective rate = {fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
+            f"${rate:,.2f}/GPU-h; per year: × {HOURS_PER_YEAR:,.0f} h ÷ {trial_hours:,.0f} trial hours")
 
 
-def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
+def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u = r.utilization
-    trial_usd, per_year, formula = _phantom_dollars(r)
+    trial_usd, per_year = r.costs.phantom_usd.value, r.costs.phantom_usd_per_year.value
+    formula = _phantom_formula(r)
     at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
-    gap_hours = None
-    if u.runtime_gpu_hours.value is not None and u.real_gpu_hours.value is not None:
-        gap_hours = max(u.runtime_gpu_hours.value - u.real_gpu_hours.value, 0.0)
+    gap_hours = u.phantom_gpu_hours.value
     figs = [
         _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
@@ -318,7 +327,7 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
         ("Idle-held GPU-hours", u.idle_held_gpu_hours),
     ):
         rows.append((label, fmt.unit_value(f.value, f.unit), f.formula, f.definition or f.source))
-    table = Table(columns=("figure", "value", "formula", "meaning"), rows=tuple(rows),
+    table = ReportTable(columns=("figure", "value", "formula", "meaning"), rows=tuple(rows),
                   numeric=(False, True, False, False), caption="The hours behind the ratios")
     notes = []
     if u.real_is_upper_bound:
@@ -333,32 +342,32 @@ def _believed_vs_real(r: Any, step: Callable[[str], None]) -> Section:
                    tuple(notes))
 
 
-def _v(f: Any) -> float:
+def _v(f: Figure) -> float:
     return float(f.value) if f.value is not None else 0.0
 
 
 # -- 2. where the waste is -------------------------------------------------------------------------------
 
-_IDLE = ("idle_held_gpu_hours", "idle_held_h", "idle_held")
-
-
-def _waste(r: Any, step: Callable[[str], None]) -> Section:
+def _waste(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u, b = r.utilization, r.breakdowns
     figs = [
         _fig("Idle-held GPU-hours", u.idle_held_gpu_hours, emphasis=True),
         _fig("GPUs never used", u.never_used_count),
     ]
     charts_: list[Chart] = []
-    tables: list[Table] = []
-    for key, table, who in (("user", b.per_user, "user"), ("job", b.per_job, "job"),
-                            ("pod", b.per_pod, "pod"), ("node", b.per_node, "node")):
+    tables: list[ReportTable] = []
+    h = HolderColumns  # per_node carries the same names (WrsColumns, PerNodeColumns.GPUS)
+    idle = h.IDLE_HELD_GPU_HOURS
+    for key, table, who, label_col in (("user", b.per_user, "user", PerUserColumns.USER),
+                                       ("job", b.per_job, "job", PerJobColumns.JOB),
+                                       ("pod", b.per_pod, "pod", PerPodColumns.POD),
+                                       ("node", b.per_node, "node", PerNodeColumns.HOST)):
         if not table.rows:
             if key != "pod":
                 tables.append(_table(table, empty=f"no {who} information in the data"))
             continue
-        idle = _col(table, *_IDLE)
-        label_col = table.columns[0].name
-        if idle is not None and key == "user":
+        table.require(label_col, idle)
+        if key == "user":
             top = sorted(table.rows, key=lambda row: -(row.get(idle) or 0))[:TOP_N]
             step(f"chart: idle-held hours by {who}")
             charts_.append(Chart(
@@ -368,8 +377,8 @@ def _waste(r: Any, step: Callable[[str], None]) -> Section:
                                     f"Idle-held GPU-hours by {who} (top {len(top)})", "GPU-hours"),
             ))
         tables.append(_table(table, sort_by=idle, limit=TOP_N, columns=(
-            label_col, "gpus", "runtime_gpu_hours", "real_gpu_hours", "efficiency_while_held", *_IDLE)))
-    never_table = Table(columns=("GPU",), rows=tuple((g,) for g in u.never_used_gpus), numeric=(False,),
+            label_col, h.GPUS, h.RUNTIME_GPU_HOURS, h.REAL_GPU_HOURS, h.EFFICIENCY_WHILE_HELD, idle)))
+    never_table = ReportTable(columns=("GPU",), rows=tuple((g,) for g in u.never_used_gpus), numeric=(False,),
                   caption="GPUs no process used during the trial", empty="every GPU was used at least once")
     tables.append(never_table)
     never = int(u.never_used_count.value or 0)
@@ -383,14 +392,13 @@ _DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"
 
 # -- 3. when ---------------------------------------------------------------------------------------------------
 
-def _when(r: Any, step: Callable[[str], None]) -> Section:
+def _when(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     b = r.breakdowns
     charts_: list[Chart] = []
     how = b.hour_of_week
-    val = _col(how, "real_utilization", "real", "sm_active")
-    day = _col(how, "day_of_week", "dow")
-    hour = _col(how, "hour_of_day", "hour")
-    if how.rows and val is not None and day and hour:
+    val, day, hour = HourOfWeekColumns.REAL_UTILIZATION, HourOfWeekColumns.DAY_OF_WEEK, HourOfWeekColumns.HOUR_OF_DAY
+    how.require(val, day, hour)
+    if how.rows:
         grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
         for row in how.rows:
             grid[int(row[day])][int(row[hour])] = row.get(val)
@@ -399,19 +407,18 @@ def _when(r: Any, step: Callable[[str], None]) -> Section:
                              charts.hour_of_week_heatmap(grid, "Real utilization by hour of week (UTC)"),
                              caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
                                      "averaged over the trial."))
-    wk = b.per_week
-    week = _col(wk, "week", "iso_week", "week_start")
-    rt = _col(wk, "runtime_utilization")
-    rl = _col(wk, "real_utilization")
-    if wk.rows and week and rt and rl:
+    wk, w = b.per_week, PerWeekColumns
+    week, rt, rl = w.WEEK, w.RUNTIME_UTILIZATION, w.REAL_UTILIZATION
+    wk.require(week, rt, rl)
+    if wk.rows:
         step("chart: weekly trend")
         charts_.append(Chart("weekly-trend", "Weekly trend",
                              charts.weekly_trend([str(x[week]) for x in wk.rows],
                                                  [x.get(rt) or 0 for x in wk.rows],
                                                  [x.get(rl) or 0 for x in wk.rows])))
     lead = "When the GPUs work: idle nights and weekends are capacity the cloud would not bill."
-    cells = [row for row in how.rows if val is not None and row.get(val) is not None]
-    if cells and day and hour:
+    cells = [row for row in how.rows if row.get(val) is not None]
+    if cells:
         hi = max(cells, key=lambda row: row[val])
         lo = min(cells, key=lambda row: row[val])
 
@@ -421,14 +428,13 @@ def _when(r: Any, step: Callable[[str], None]) -> Section:
         lead = (f"Busiest hour of the week: {when(hi)} at {fmt.pct(hi[val])} real utilization; quietest: "
                 f"{when(lo)} at {fmt.pct(lo[val])}. Hours when owned GPUs sit idle are hours the cloud would "
                 f"not bill.")
-    week_table = _table(wk, columns=(week or "week", "gpus", "runtime_utilization", "real_utilization",
-                                     "efficiency_while_held", *_IDLE))
+    week_table = _table(wk, columns=(week, w.GPUS, rt, rl, w.EFFICIENCY_WHILE_HELD, w.IDLE_HELD_GPU_HOURS))
     return Section("when", "When", lead, (), tuple(charts_), (week_table,))
 
 
 # -- 4. demand and sizing --------------------------------------------------------------------------------
 
-def _demand(r: Any, step: Callable[[str], None]) -> Section:
+def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     h, be, c = r.hybrid, r.break_even, r.costs
     hurdle = h.hurdle_gpus.value
     figs = [
@@ -452,11 +458,13 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
              text="never" if be.never else None),
     ]
     charts_: list[Chart] = []
-    d = r.breakdowns.demand
-    dcol = _col(d, h.demand_basis, "gpus_held", "gpus_in_use", "demand_gpus")
-    if d.rows and dcol:
-        values = sorted((float(x.get(dcol) or 0) for x in d.rows), reverse=True)
-        xs, ys = _duration_curve(values)
+    dur, share = r.breakdowns.demand_duration, DemandDurationColumns.SHARE_OF_HOURS
+    dcol = _BASIS_COLUMN.get(h.demand_basis)
+    if dcol is None:
+        raise ResultContractError(f"hybrid.demand_basis {h.demand_basis!r}: no duration curve of that series")
+    dur.require(dcol, share)
+    if dur.rows:
+        xs, ys = dur.values(dcol), dur.values(share)
         step("chart: demand")
         charts_.append(Chart("demand", "Demand duration curve",
                              charts.demand_duration(xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
@@ -464,19 +472,15 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
                              caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, hourly means of "
                                      f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1."))
     u_star = be.held_utilization.value
-    if u_star is not None and be.own_usd and c.fleet_gpus:
+    k = BreakEvenCurveColumns
+    be.curve.require(k.HELD_UTILIZATION, k.CLOUD_USD_PER_GPU_YEAR, k.OWNED_USD_PER_GPU_YEAR)
+    if be.curve.rows:
         years = c.horizon_months / 12
-        own_per_gpu_year = be.own_usd / c.fleet_gpus / years
-        grid = [i / 100 for i in range(0, 101, 2)]
-        # Renting k × today's held demand costs fixed + k × compute; owning the fleet costs the same at any
-        # utilization and meets renting at u*.
-        per = c.fleet_gpus * years
-        cloud = [(be.rent_fixed_usd + be.rent_variable_usd * x / be.measured_held) / per if be.measured_held > 0
-                 else be.rent_fixed_usd / per for x in grid]
-        owned = [own_per_gpu_year] * len(grid)
         step("chart: break-even")
         charts_.append(Chart("break-even", "Break-even curve",
-                             charts.break_even_curve(grid, cloud, owned, be.measured_held,
+                             charts.break_even_curve(be.curve.values(k.HELD_UTILIZATION),
+                                                     be.curve.values(k.CLOUD_USD_PER_GPU_YEAR),
+                                                     be.curve.values(k.OWNED_USD_PER_GPU_YEAR), be.measured_held,
                                                      None if be.never else u_star, "USD per GPU-year (PV)",
                                                      "held-hour utilization"),
                              caption=f"Owning ({be.own_reference}): {fmt.money(be.own_usd)} over "
@@ -484,9 +488,9 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
                                      f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
                                      "compute at today's held hours, in proportion to them; equal to owning at u* "
                                      f"({be.held_utilization.formula})."))
-    n_col = _col(h.curve, "n", "owned_gpus", "n_owned")
-    cost_col = _col(h.curve, "total_usd", "total", "cost_usd")
-    if h.curve.rows and n_col and cost_col:
+    n_col, cost_col = HybridCurveColumns.N, HybridCurveColumns.TOTAL_USD
+    h.curve.require(n_col, cost_col)
+    if h.curve.rows:
         step("chart: hybrid cost curve")
         charts_.append(Chart("hybrid-curve", "Hybrid cost by owned GPUs",
                              charts.cost_curve([float(x[n_col]) for x in h.curve.rows],
@@ -504,31 +508,20 @@ def _demand(r: Any, step: Callable[[str], None]) -> Section:
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
 
 
-_DEMAND_LABELS = {"gpus_held": "GPUs held by a process", "gpus_in_use": "GPUs in use (SM-weighted)"}
-
-
-def _duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
-    """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
-    n = len(desc)
-    xs: list[float] = [0.0]
-    ys: list[float] = [1.0]
-    for i, v in enumerate(desc):
-        if i + 1 == n or desc[i + 1] != v:
-            xs.append(v)
-            ys.append((i + 1) / n)
-    pairs = sorted(zip(xs, ys, strict=True))
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+# hybrid.demand_basis -> the duration curve's column (the curve is of the series the hybrid is sized on)
+_BASIS_COLUMN = {"held": DemandDurationColumns.GPUS_HELD}
+_DEMAND_LABELS = {DemandDurationColumns.GPUS_HELD: "GPUs held by a process"}
 
 
 # -- 5. costs --------------------------------------------------------------------------------------------------
 
-def _costs(r: Any, step: Callable[[str], None]) -> Section:
+def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     c = r.costs
     months = c.horizon_months
     base = [s for s in c.scenarios if not s.what_if]
     what_if = [s for s in c.scenarios if s.what_if]
 
-    def rows_of(scenarios: list[Any]) -> tuple[tuple[str, ...], ...]:
+    def rows_of(scenarios: list[CostScenario]) -> tuple[tuple[str, ...], ...]:
         rows = []
         for s in scenarios:
             marker = " ◀ cheapest" if s.id == c.cheapest else "" if s.allowed else " (not allowed: rents)"
@@ -538,13 +531,13 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
 
     cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months")
     rate = f"{c.discount_rate_per_year:.0%}/year"
-    table = Table(columns=cols, rows=rows_of(base), numeric=(False, False, True, True, True, True),
+    table = ReportTable(columns=cols, rows=rows_of(base), numeric=(False, False, True, True, True, True),
                   caption=f"Present value per scenario over {months} months at {rate} (cost model preset: {c.preset})")
-    plans = Table(columns=cols, rows=rows_of(what_if), numeric=(False, False, True, True, True, True),
+    plans = ReportTable(columns=cols, rows=rows_of(what_if), numeric=(False, False, True, True, True, True),
                   caption=f"If behaviour changes (held hours × {c.pack_factor:.2f} on both sides): plans, never "
                           "counted as cheapest", empty="no behaviour-change plans")
     parts = sorted({k for s in c.scenarios for k in s.components})
-    comp = Table(
+    comp = ReportTable(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
         rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else fmt.MISSING["cell"]
                                     for p in parts])
@@ -587,16 +580,14 @@ def _costs(r: Any, step: Callable[[str], None]) -> Section:
 
 # -- 6. sensitivity ----------------------------------------------------------------------------------------
 
-def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
+def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     s = r.sensitivity
-    t = s.tornado
+    t, tc = s.tornado, TornadoColumns
     charts_: list[Chart] = []
-    name = _col(t, "parameter", "price", "input", "key")
-    low = _col(t, "low_diff_usd", "diff_low_usd", "cloud_minus_onprem_low", "low_usd", "low")
-    high = _col(t, "high_diff_usd", "diff_high_usd", "cloud_minus_onprem_high", "high_usd", "high")
-    base = _col(t, "base_diff_usd", "diff_base_usd", "cloud_minus_onprem_base", "base_usd", "base")
-    if t.rows and name and low and high:
-        base_value = float(t.rows[0].get(base) or 0) if base else 0.0
+    name, low, high, base = tc.PARAMETER, tc.LOW_DIFF_USD, tc.HIGH_DIFF_USD, tc.BASE_DIFF_USD
+    t.require(name, low, high, base)
+    if t.rows:
+        base_value = float(t.rows[0].get(base) or 0)
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
@@ -611,17 +602,21 @@ def _sensitivity(r: Any, step: Callable[[str], None]) -> Section:
             f"recommendation survive?")
     tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
                            "held-hour utilization (— = never: renting is cheaper even with every GPU held)",
-                           columns=(name or "parameter", "low_value", "base_value", "high_value", "cheapest_low",
-                                    "cheapest_high", "break_even_low", "break_even_high"))
+                           columns=(name, tc.LOW_VALUE, tc.BASE_VALUE, tc.HIGH_VALUE, tc.CHEAPEST_LOW,
+                                    tc.CHEAPEST_HIGH, tc.BREAK_EVEN_LOW, tc.BREAK_EVEN_HIGH))
+    g = GrowthColumns
     growth_table = _table(s.growth, caption="Demand growth per year: cost of each scenario over the horizon",
-                          columns=("growth_per_year", "stay_as_is_usd", "all_cloud_usd", "all_on_prem_usd",
-                                   "hybrid_usd", "cheapest", "hybrid_gpus"))
+                          columns=(g.GROWTH_PER_YEAR, *(g.scenario_usd(sid) for sid in _GROWTH_SCENARIOS),
+                                   g.CHEAPEST, g.HYBRID_GPUS))
     return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
+
+
+_GROWTH_SCENARIOS = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")  # the growth table's columns shown
 
 
 # -- 7. method and assumptions ---------------------------------------------------------------------------
 
-def _method(r: Any) -> Section:
+def _method(r: AnalysisResult) -> Section:
     q, t, c = r.data_quality, r.trial, r.confidence
     figs = [
         _fig("Coverage", q.coverage),
@@ -630,7 +625,7 @@ def _method(r: Any) -> Section:
         _fig("Unmeasured share", q.unmeasured_share),
         _fig("Duplicates removed", q.overlap_gpu_hours),
     ]
-    assumptions = Table(
+    assumptions = ReportTable(
         columns=("input", "value", "unit", "source"),
         rows=tuple((a.key, _assumption_value(a.value), a.unit, a.source) for a in r.assumptions),
         numeric=(False, True, False, False),
@@ -639,9 +634,9 @@ def _method(r: Any) -> Section:
     defs = []
     for label, f in _definitions(r):
         defs.append((label, f.definition or "", f.formula, f.source))
-    definitions = Table(columns=("figure", "definition", "formula", "rows it comes from"), rows=tuple(defs),
+    definitions = ReportTable(columns=("figure", "definition", "formula", "rows it comes from"), rows=tuple(defs),
                         numeric=(False, False, False, False), caption="Definitions")
-    coverage = Table(
+    coverage = ReportTable(
         columns=("item", "value"),
         rows=(
             ("trial window (UTC)", f"{_date(t.start)} → {_date(t.end)}"),
@@ -660,9 +655,9 @@ def _method(r: Any) -> Section:
     notes = tuple(q.warnings) + tuple(w for w in r.warnings if w not in q.warnings)
     lead = ("How every figure above was computed, from which rows, with which prices. Utilization is measured "
             "from SM activity (NVML GPM or DCGM), never inferred from runtime hours.")
-    gap = _col(q.gpus, "gap_hours", "gap_h")
-    gpu_table = (_table(q.gpus, sort_by=gap, limit=TOP_N, caption="Per-GPU coverage, largest gaps first",
-                        columns=("host", "gpu", "coverage", "gap_hours", "last_sample", "stopped_reporting"))
+    gc = GpuCoverageColumns
+    gpu_table = (_table(q.gpus, sort_by=gc.GAP_HOURS, limit=TOP_N, caption="Per-GPU coverage, largest gaps first",
+                        columns=(gc.HOST, gc.GPU, gc.COVERAGE, gc.GAP_HOURS, gc.LAST_SAMPLE, gc.STOPPED_REPORTING))
                  if q.gpus.rows else None)
     tables = (assumptions, definitions, coverage) + ((gpu_table,) if gpu_table else ())
     return Section("method", "Method and assumptions", lead, tuple(figs), (), tables, notes)
@@ -678,7 +673,7 @@ def _assumption_value(v: Any) -> str:
     return str(v)
 
 
-def _definitions(r: Any) -> Iterable[tuple[str, Any]]:
+def _definitions(r: AnalysisResult) -> Iterable[tuple[str, Figure]]:
     u = r.utilization
     return (
         ("W observed GPU-hours", u.observed_gpu_hours),

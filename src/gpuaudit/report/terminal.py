@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuaudit.report import fmt
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def print_summary(result: Any, written: Any, *, console: Any = None) -> None:
+    from gpuaudit.analysis.result import AnalysisResult
+    from gpuaudit.report.writer import WrittenReport
+
+
+def print_summary(result: AnalysisResult, written: WrittenReport, *, console: Console | None = None) -> None:
     """Verdict, the key figures and the scenario costs, then where the files are."""
     from rich.console import Console
     from rich.markup import escape as _markup

@@ -51,20 +51,19 @@ def parse_formats(value: str | Iterable[str]) -> list[str]:
     return formats
 
 
-# Report files are created 0o600 (less the umask), as they always were: readable by their writer only.
-REPORT_FILE_MODE = 0o600
-
-
-def write_files(out: Path, files: list[tuple[Path, str | bytes]]) -> None:
-    """Write all `files` or none: stage every one (written and synced), then rename them into place (renames
-    need no space)."""
+def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterable[Path] = ()) -> None:
+    """Write all `files` or none: stage every one (written and synced, 0o666 less the umask as the data files:
+    a report is for colleagues), then rename them into place (renames need no space); then remove the `stale`
+    files (an earlier report's other formats, which would contradict this one)."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files:
             path.parent.mkdir(parents=True, exist_ok=True)
-            staged.append((atomic.stage(path, data, mode=REPORT_FILE_MODE), path))
+            staged.append((atomic.stage(path, data), path))
         for tmp, path in staged:
             atomic.replace(tmp, path)
+        for path in stale:
+            path.unlink(missing_ok=True)
     except OSError as e:
         raise GpuauditError(f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
                             "(an earlier report there is unchanged)") from None
@@ -113,5 +112,18 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
         # never a raw control or bidi character (JSON escapes: the data round-trips).
         files.append((written.files["json"], json_text(result.to_dict(), separators=(",", ":")) + "\n"))
     step("writing the report files")
-    write_files(out, files)
+    write_files(out, files, stale_files(out, formats, written.charts))
     return written
+
+
+def stale_files(out: Path, formats: Iterable[str], charts: Iterable[Path]) -> list[Path]:
+    """What an earlier report left in `out` that this one does not rewrite: the files of the formats not
+    asked for now (a report.md from last week beside today's report.html would contradict it), and chart SVGs
+    this report does not draw. Only gpuaudit's own names: nothing else in `out` is touched."""
+    from gpuaudit.report.render import CHART_DIR
+
+    wanted = set(formats)
+    out_files = [out / FILE_NAMES[f] for f in FORMATS if f not in wanted]
+    drawn = set(charts)
+    old_charts = sorted((out / CHART_DIR).glob("*.svg")) if (out / CHART_DIR).is_dir() else []
+    return [p for p in out_files if p.is_file()] + [p for p in old_charts if p not in drawn]

@@ -79,7 +79,7 @@ def _mb(n: int) -> str:
 
 
 def validate(scenario: str, gpus: int | None, days: float, interval_s: float) -> tuple[Any, int]:
-    """Check arguments; returns (Scenario, gpus). Every complaint is one line naming the bad value."""
+    """Check arguments; returns (WorkloadScenario, gpus). Every complaint is one line naming the bad value."""
     from gpuaudit.sim.workload import get_scenario
 
     sc = get_scenario(scenario)

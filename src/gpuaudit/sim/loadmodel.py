@@ -38,7 +38,7 @@ from gpuaudit.sim.workload import (
     SCENARIOS,
     TDP_W,
     WARMUP_S,
-    Scenario,
+    WorkloadScenario,
     get_scenario,
     gpu_uuid,
     host_name,
@@ -158,7 +158,7 @@ class LoadModel:
     """The job schedule of one scenario on `n_gpus` GPUs from `start` for `days` days, deterministic in
     `seed`. `at(t)` answers point queries (fake NVML); `evaluate` answers arrays (the simulator)."""
 
-    def __init__(self, scenario: Scenario, n_gpus: int, seed: int, start: datetime, days: float) -> None:
+    def __init__(self, scenario: WorkloadScenario, n_gpus: int, seed: int, start: datetime, days: float) -> None:
         import numpy as np
 
         if n_gpus < 1:
@@ -212,7 +212,7 @@ class LoadModel:
 
         lane_of_gpu = np.zeros(self.n_gpus, dtype=np.int64)
         pos_in_lane = np.zeros(self.n_gpus, dtype=np.int64)
-        lanes: list[tuple[Scenario, int, list[int]]] = []  # (kind, host, gpus)
+        lanes: list[tuple[WorkloadScenario, int, list[int]]] = []  # (kind, host, gpus)
         for h in range(n_hosts):
             kind = host_kind[h]
             gpus = [g for g in range(h * GPUS_PER_HOST, min((h + 1) * GPUS_PER_HOST, self.n_gpus))]
@@ -250,7 +250,7 @@ class LoadModel:
         self._finish_jobs(job_rows)
         self._build_phases()
 
-    def _host_weights(self, host_kind: list[Scenario]) -> list[float]:
+    def _host_weights(self, host_kind: list[WorkloadScenario]) -> list[float]:
         """Arrival-rate weight per host: with host_skew, a few hosts get most work (normalized to mean 1
         within each sub-scenario so the utilization target does not depend on the fleet size)."""
         weights = [1.0] * len(host_kind)
@@ -271,7 +271,7 @@ class LoadModel:
                 weights[h] = w / mean
         return weights
 
-    def _pools(self, kind: Scenario) -> tuple[int, int]:
+    def _pools(self, kind: WorkloadScenario) -> tuple[int, int]:
         """Register the scenario's users and commands; returns the offsets into the shared pools."""
         assert kind.batch is not None
         u0, c0 = len(self.users), len(self.commands)
@@ -280,7 +280,7 @@ class LoadModel:
         self.commands += list(kind.batch.commands)
         return u0, c0
 
-    def _batch_jobs(self, kind: Scenario, lane: int, weight: float) -> list[dict[str, Any]]:
+    def _batch_jobs(self, kind: WorkloadScenario, lane: int, weight: float) -> list[dict[str, Any]]:
         bp = kind.batch
         assert bp is not None
         if kind.name not in self._pool_offsets:
@@ -290,7 +290,7 @@ class LoadModel:
         rate_max = bp.starts_per_day * weight / DAY_S
         weights = [w for w, _, _ in bp.durations]
         out = []
-        t = -WARMUP_S
+        t: float = -WARMUP_S
         interactive_cmds = [i for i, c in enumerate(bp.commands) if c in INTERACTIVE_CMDS]
         batch_cmds = [i for i, c in enumerate(bp.commands) if c not in INTERACTIVE_CMDS] or interactive_cmds
         while True:
@@ -324,7 +324,7 @@ class LoadModel:
             t += d
         return out
 
-    def _serving_jobs(self, kind: Scenario, lanes: list[tuple[int, int, list[int]]]) -> list[dict[str, Any]]:
+    def _serving_jobs(self, kind: WorkloadScenario, lanes: list[tuple[int, int, list[int]]]) -> list[dict[str, Any]]:
         """Replica lifetimes from a fleet-level demand curve: base load with a daily rhythm plus bursts
         that ramp up in ~90 s and decay over minutes. GPU of rank r is held while demand > r."""
         import numpy as np
@@ -343,7 +343,7 @@ class LoadModel:
         demand = (sp.base_gpus[0] + (sp.base_gpus[1] - sp.base_gpus[0]) * day_w) * scale
         # Bursts: thinned Poisson arrivals, trapezoids (ramp up, hold, ramp down).
         rate_max = sp.bursts_per_day / DAY_S
-        t = t0
+        t: float = t0
         while True:
             t += rng.expovariate(rate_max)
             if t >= self.horizon_s:

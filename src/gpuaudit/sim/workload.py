@@ -99,7 +99,9 @@ class ServingProfile:
 
 
 @dataclass(frozen=True)
-class Scenario:
+class WorkloadScenario:
+    """A simulated fleet's workload and its ground truth (the cost model's plans are analysis's CostScenario)."""
+
     name: str
     title: str
     truth: GroundTruth
@@ -126,7 +128,7 @@ INTERACTIVE_CMDS = (
     "python -i sweep.py",
 )
 
-PHANTOM = Scenario(
+PHANTOM = WorkloadScenario(
     name="phantom",
     title="Runtime hours ~60 %, real SM activity ~23 %",
     truth=GroundTruth(
@@ -157,7 +159,7 @@ PHANTOM = Scenario(
     ),
 )
 
-IDLE_CLUSTER = Scenario(
+IDLE_CLUSTER = WorkloadScenario(
     name="idle-cluster",
     title="16 nodes × 8 GPUs bought for a pipeline that uses ~12 %",
     truth=GroundTruth(
@@ -193,7 +195,7 @@ IDLE_CLUSTER = Scenario(
     ),
 )
 
-STEADY_TRAINING = Scenario(
+STEADY_TRAINING = WorkloadScenario(
     name="steady-training",
     title="The same model family trained 24/7: ~95 % real utilization",
     truth=GroundTruth(
@@ -226,7 +228,7 @@ STEADY_TRAINING = Scenario(
     tolerance=0.02,
 )
 
-BURSTY_AGENTS = Scenario(
+BURSTY_AGENTS = WorkloadScenario(
     name="bursty-agents",
     title="Coding-agent inference that jumps between ~20 and ~200 GPUs within minutes",
     truth=GroundTruth(
@@ -253,7 +255,7 @@ BURSTY_AGENTS = Scenario(
     ),
 )
 
-MIXED = Scenario(
+MIXED = WorkloadScenario(
     name="mixed",
     title="A shared fleet: steady training, research jobs, bursty inference and idle nodes",
     truth=GroundTruth(
@@ -269,10 +271,12 @@ MIXED = Scenario(
     tolerance=0.05,
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED)}
+SCENARIOS: dict[str, WorkloadScenario] = {
+    s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED)
+}
 
 
-def get_scenario(name: str) -> Scenario:
+def get_scenario(name: str) -> WorkloadScenario:
     try:
         return SCENARIOS[name]
     except KeyError:

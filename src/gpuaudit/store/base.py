@@ -42,7 +42,9 @@ def data_root(path: Path | str | None = None) -> Path:
     given = path or os.environ.get("GPUAUDIT_DATA")
     if not given:
         return Path(DEFAULT_DATA)
-    return paths.expand_user(given, "--data")
+    root = paths.expand_user(given, "--data")
+    paths.check_name_lengths(root, "--data")
+    return root
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:

@@ -3,9 +3,11 @@ shows rows twice and never loses any. One compaction per dataset at a time (an f
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +79,11 @@ def compaction_lock(root: Path | str, *, wait: bool = True) -> Iterator[None]:
     files and publish every row twice. `wait`: block until the other one finishes (with a warning saying
     so), else refuse with an error."""
     path = Path(root) / COMPACT_LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:  # a read-only mount (EROFS) or a directory this user cannot write (EACCES)
+        raise GpuauditError(f"cannot compact {root}: {e.strerror or e} (creating its lock {path}); nothing was "
+                            "changed") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,6 +99,17 @@ def compaction_lock(root: Path | str, *, wait: bool = True) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def check_date(date: str) -> None:
+    """A partition date is a real calendar day written YYYY-MM-DD (it becomes a directory glob: `2026-13-45` or
+    `2026-*` would otherwise match nothing, or too much, without a word)."""
+    try:
+        ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", date)) and dt.date.fromisoformat(date).isoformat() == date
+    except ValueError:
+        ok = False
+    if not ok:
+        raise GpuauditError(f"--date {date[:40]!r} is not a date: give YYYY-MM-DD, e.g. 2026-03-01")
+
+
 def compact(
     root: Path | str,
     *,
@@ -105,6 +122,8 @@ def compact(
     naming the files it replaces, so readers hide those until they are deleted; rows never appear twice
     and never go missing. Unreadable files, and files outside the contract's types (conformance.py), are
     left in place (and reported). One compaction per dataset at a time (compaction_lock; `wait`)."""
+    if date is not None:
+        check_date(date)
     root = local_root(root)
     if (root / PUSH_TARGET).exists():
         raise GpuauditError(f"{root} is a collection target written by `gpuaudit push`: compact the data on the nodes "

@@ -79,7 +79,7 @@ def read_types(con: duckdb.DuckDBPyConnection, files: Sequence[F]) -> dict[F, Ty
         stack = depth.setdefault(file_name, [])
         if stack:  # below the root element
             if len(stack) == 1 and f is not None:
-                types = out[f] if out[f] is not None else {}
+                types = out[f] or {}
                 types[name] = typ
                 out[f] = types
             stack[-1] -= 1
@@ -142,13 +142,13 @@ def percent_files(con: duckdb.DuckDBPyConnection, table: str, files: Sequence[F]
             "FROM parquet_metadata(?) WHERE path_in_schema IN (SELECT unnest(?)) GROUP BY ALL",
             [[str(f) for f in numeric], wanted]).fetchall()
         for file_name, col, top, unknown in rows:
-            f = by_name.get(file_name)
-            if f is None or col not in numeric[f]:
+            hit = by_name.get(file_name)
+            if hit is None or col not in numeric[hit]:
                 continue
             if unknown:
-                scan.setdefault(f, set()).add(col)
+                scan.setdefault(hit, set()).add(col)
             elif top is not None:
-                highest.setdefault(f, {})[col] = top
+                highest.setdefault(hit, {})[col] = top
     for f, cols in scan.items():
         values = [f"TRY_CAST({schema.quote_ident(c)} AS DOUBLE)" for c in sorted(cols)]
         tops = con.execute(
@@ -158,8 +158,8 @@ def percent_files(con: duckdb.DuckDBPyConnection, table: str, files: Sequence[F]
             if top is not None:
                 highest.setdefault(f, {})[col] = top
     out: dict[F, str] = {}
-    for f, tops in highest.items():
-        above = [f"{c} up to {v:g}" for c, v in sorted(tops.items()) if math.isfinite(v) and v > PERCENT_ABOVE]
+    for f, found in highest.items():
+        above = [f"{c} up to {v:g}" for c, v in sorted(found.items()) if math.isfinite(v) and v > PERCENT_ABOVE]
         if above:
             out[f] = f"values above 1: percent, not fractions? ({', '.join(above)})"
     return out
@@ -228,9 +228,12 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
         elif c.name in schema.NON_NEGATIVE.get(table, ()):
             rule = (f"{c.name} negative", f"{q} >= 0")
         elif c.sql_type == "VARCHAR" and c.name not in schema.PARTITION_KEYS:
-            # Never false: measuring the text makes DuckDB decode it, and text that is not UTF-8 fails the query
-            # (which names the file), however little of the view the query reads.
-            rule = (f"{c.name} not UTF-8 text", f"length({q}) >= 0")
+            # Measuring the text makes DuckDB decode it, and text that is not UTF-8 fails the query (which names
+            # the file), however little of the view the query reads; text over the contract's bound leaves its
+            # row out (schema.TEXT_MAX_CHARS).
+            bound = schema.TEXT_MAX_CHARS[table].get(c.name)
+            rule = ((f"{c.name} longer than {bound} characters", f"length({q}) <= {bound}") if bound else
+                    (f"{c.name} not UTF-8 text", f"length({q}) >= 0"))
         else:
             rule = None
         checks = [(f"{c.name} is NaN or infinite", f"isfinite({q})", True)] if is_float else []

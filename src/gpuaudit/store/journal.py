@@ -118,6 +118,7 @@ def hidden_names(part_dir: Path, names: Iterable[str]) -> set[str]:
 def load_journal(path: Path) -> dict[str, Any] | None:
     """A compaction journal {"new": merged file, "old": [the files it replaces]}, or None, with a warning naming
     it, when the file is not one (hand-edited, truncated, foreign): it then hides and deletes nothing."""
+    problem: str | None
     try:
         entry = jsonio.read_json_file(path)
     except (OSError, ValueError) as e:

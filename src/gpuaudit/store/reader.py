@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 
@@ -19,11 +19,13 @@ from gpuaudit.store import conformance, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
 from gpuaudit.util import paths
+from gpuaudit.util.interrupt import run_stoppable
 
 if TYPE_CHECKING:
     import polars as pl
 
 log = logging.getLogger("gpuaudit.store")
+T = TypeVar("T")
 
 
 def find_damaged(con: duckdb.DuckDBPyConnection, files: Sequence[Path]) -> Path | None:
@@ -104,6 +106,7 @@ class Dataset:
     types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
     values_checked: set[Any] = field(default_factory=set)  # files conformance.percent_files has passed
     locked: bool = False  # see lock_down
+    timeout_s: float | None = None  # a query running longer is stopped (QueryTimeout); `gpuaudit sql --timeout`
 
     def _skip(self, path: Path, reason: str, what: str = "unreadable file") -> None:
         self.skipped.append((path, reason))
@@ -213,7 +216,7 @@ class Dataset:
         base = paths.as_url(self.root) or str(Path(self.root).resolve())
         out = ["SET TimeZone = 'UTC';"]
         for table, view in schema.VIEW_NAMES.items():
-            pattern = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
+            pattern: Sequence[Path] | str = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
             out.append(f"CREATE OR REPLACE VIEW {view} AS {self.view_select(table, pattern)};")
         return "\n".join(out) + "\n"
 
@@ -227,6 +230,8 @@ class Dataset:
                     self._bind_views()
                     rebind = False
                 return run()
+            except duckdb.InterruptException:
+                raise  # Ctrl-C or the deadline (_stoppable), never a damaged file
             except duckdb.PermissionException as e:  # only after lock_down
                 raise GpuauditError(f"refused: the query reaches outside the dataset ({first_line(e)})") from e
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
@@ -254,20 +259,28 @@ class Dataset:
     def _probe_files(self) -> Path | None:
         return find_damaged(self.con, [f for files in self.files.values() for f in files])
 
+    def _stoppable(self, run: Callable[[], T]) -> T:
+        """`_retry(run)` that Ctrl-C (KeyboardInterrupt) and `timeout_s` (QueryTimeout) stop (util/interrupt.py)."""
+        return run_stoppable(lambda: self._retry(run), self.con.interrupt, timeout_s=self.timeout_s)
+
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run `sql` against the views and return a polars DataFrame."""
-        return self._retry(lambda: self.con.sql(sql, params=params or None).pl())
+        return self._stoppable(lambda: self.con.sql(sql, params=params or None).pl())
 
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
-        return self._retry(lambda: self.con.sql(sql, params=params or None).fetchall())
+        return self._stoppable(lambda: self.con.sql(sql, params=params or None).fetchall())
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """Run a statement for its effect (the analyzer materializes its stage-1 table with it)."""
-        self._retry(lambda: self.con.execute(sql, params or []))
+        self._stoppable(lambda: self.con.execute(sql, params or []))
 
-    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> Any:
-        """Run `sql` and return a pyarrow Table (for other output formats)."""
-        return self._retry(lambda: self.con.sql(sql, params=params or None).to_arrow_table())
+    def arrow(self, sql: str, params: Sequence[Any] | None = None, *, limit: int | None = None) -> Any:
+        """Run `sql` and return a pyarrow Table (for other output formats); `limit`: at most that many rows."""
+        def run() -> Any:
+            rel = self.con.sql(sql, params=params or None)
+            return (rel if limit is None else rel.limit(limit)).to_arrow_table()
+
+        return self._stoppable(run)
 
     def close(self) -> None:
         self.con.close()
@@ -280,13 +293,16 @@ class Dataset:
 
 
 def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool = False,
-                 now: datetime | None = None, views: Iterable[tuple[str, str]] = ()) -> Dataset:
+                 now: datetime | None = None, views: Iterable[tuple[str, str]] = (),
+                 settings: Mapping[str, Any] | None = None) -> Dataset:
     """Open the dataset at `root` (which may be empty or missing: the views are then empty), a directory or an
     s3://bucket/prefix URL (then `root` stays the URL and the files are URLs). The views show the rows that
     keep the contract (conformance.py); `now` (default: the current time) bounds their ts. `strict`: lock the
     connection down to the dataset's files once the views are bound (Dataset.lock_down). `views`: extra
     (name, SQL) views over `samples` / `processes` the caller adds before the lock-down (`gpuaudit sql` adds the
-    analyzer's de-duplicated streams; the store knows nothing of the analysis)."""
+    analyzer's de-duplicated streams; the store knows nothing of the analysis). `settings`: DuckDB settings set
+    before the lock-down, which then keeps a query from changing them (`gpuaudit sql`'s memory limit and
+    private spill directory)."""
     url = paths.as_url(root)
     ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC))  # type: ignore[arg-type]
     if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)
@@ -299,6 +315,8 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
     ds._create_views()
     for name, sql in views:
         ds.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+    for name, value in (settings or {}).items():
+        ds.con.execute(f"SET {name} = ?", [value])
     if strict:
         ds.lock_down()
     return ds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -126,12 +127,66 @@ def check_plan(ds: Dataset, sql: str) -> None:
         stack.extend(node.get("children", []))
 
 
-def run_query(ds: Dataset, sql: str) -> Any:
-    """Run one read-only statement; returns a pyarrow Table."""
+def run_query(ds: Dataset, sql: str, *, limit: int | None = None) -> Any:
+    """Run one read-only statement; returns a pyarrow Table (of at most `limit` rows)."""
     target = check_read_only(ds.con, sql)
     ds.lock_down()
     check_plan(ds, target)
-    return ds.arrow(sql)
+    return ds.arrow(sql, limit=limit)
+
+
+# A user's query gets a memory limit and spills only into a directory of its own: DuckDB lets a locked-down
+# query read its temp directory, and the default `<cwd>/.tmp` would expose whatever lies there.
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)?\s*$", re.IGNORECASE)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
+          "TIB": 2**40}
+
+
+def memory_limit_bytes(text: str, total_bytes: int | None = None) -> int:
+    """`--memory-limit` as bytes: `50%` (of this machine's memory), `4GB`, `512MiB`, or a number of bytes."""
+    m = _MEMORY_RE.match(text)
+    if not m:
+        raise GpuauditError(f"--memory-limit {text[:40]!r}: give a size (4GB, 512MiB) or a share of memory (50%)")
+    value, unit = float(m.group(1)), (m.group(2) or "B").upper()
+    if unit == "%":
+        if not 0 < value <= 100:
+            raise GpuauditError(f"--memory-limit {text!r}: a share of memory is between 0 and 100 %")
+        total = total_bytes or memory_total_bytes()
+        n = int(total * value / 100)
+    else:
+        n = int(value * _UNITS[unit])
+    if n < 2**20 * 16:
+        raise GpuauditError(f"--memory-limit {text!r}: at least 16 MiB, DuckDB cannot run a query in less")
+    return n
+
+
+def memory_total_bytes() -> int:
+    """This machine's memory, or the cgroup's limit when lower (a container: a share of the host's memory would
+    get the process OOM-killed instead of DuckDB spilling)."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            total = min(total, int(Path(limit_file).read_text().strip()))  # "max": no limit (ValueError)
+    return total
+
+
+@contextlib.contextmanager
+def private_spill_dir() -> Any:
+    """A fresh directory only this user can enter (mkdtemp: mode 0700, an unguessable name), removed afterwards:
+    DuckDB spills there, and nothing but its own spill files is ever in it."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="gpuaudit-sql-")
+    try:
+        yield Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def session_settings(memory_bytes: int, spill_dir: Path) -> dict[str, str]:
+    """The DuckDB settings of a user's query, set before the connection is locked down."""
+    return {"memory_limit": f"{memory_bytes}B", "temp_directory": str(spill_dir)}
 
 
 def _temporal(t: Any) -> bool:
@@ -158,6 +213,7 @@ def _fits_python(column: Any) -> bool:
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         per_s = (1 / day_s if pa.types.is_date32(t) else 1000 if pa.types.is_date64(t)
                  else {"s": 1, "ms": 1000, "us": 10**6, "ns": 10**9}[t.unit])
+        extremes: Any  # {"min": ..., "max": ...} or None (pyarrow-stubs type this struct scalar as a list)
         try:
             extremes = pc.min_max(column.cast(pa.int32() if pa.types.is_date32(t) else pa.int64())).as_py()
         except pa.ArrowException:
@@ -288,8 +344,8 @@ def format_csv(table: Any, *, escape: bool = False) -> str:
         t = f.type
         if (pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t) or pa.types.is_binary(t)
                 or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or isinstance(t, pa.ExtensionType)):
-            text = [None if v is None else _csv_cell(v) for v in table.column(i).to_pylist()]
-            table = table.set_column(i, f.name, pa.array(text, pa.string()))
+            cells = [None if v is None else _csv_cell(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, f.name, pa.array(cells, pa.string()))
     buf = io.BytesIO()
     pacsv.write_csv(table, buf)
     text = buf.getvalue().decode("utf-8")

@@ -168,7 +168,7 @@ def _frame_parts(df: pl.DataFrame) -> list[_Part]:
 
     if df.height == 0:
         return []
-    ts = pl.col("ts").dt.convert_time_zone("UTC") if df.schema["ts"].time_zone else pl.col("ts")
+    ts = pl.col("ts").dt.convert_time_zone("UTC") if getattr(df.schema["ts"], "time_zone", None) else pl.col("ts")
     runs = df.select(pl.struct(pl.col("host"), ts.dt.date().alias(_DATE_COL)).rle().alias("r")).unnest("r")
     keys = [(v["host"], v[_DATE_COL].isoformat()) for v in runs["value"].to_list()]
     if len(set(keys)) == len(keys):
@@ -225,13 +225,13 @@ def write_table(
             _register_input(con, data)
             _check_values(con, table, present, "_input", cast=True)
             parts = _frame_parts(data)
-            typed = schema.typed_select(table, set(present), columns=stored)
+            typed = schema.typed_select(table, set(present), columns=stored, bounded=True)
         else:
             present = _register_input(con, data)
             _check_columns(table, present)
             # A plain (not TEMP) table of this private in-memory database, so per-thread cursors see it.
             con.execute(
-                f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present))}, "
+                f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present), bounded=True)}, "
                 "CAST(timezone('UTC', ts) AS DATE) AS date FROM _input"
             )
             _check_values(con, table, present)

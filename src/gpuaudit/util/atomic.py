@@ -39,7 +39,7 @@ def temp_name(final: Path) -> Path:
 def write_synced(path: Path, data: Data, *, mode: int = FILE_MODE) -> None:
     """Create `path` (never through someone's symlink: O_EXCL), write `data`, fsync it; on any failure the
     partial file is removed again. `mode` is less the umask, as for any new file."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             if callable(data):

@@ -15,30 +15,34 @@ MISSING = {
 NA = MISSING["figure"]
 
 
-def _bad(v: float | None) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+def _good(v: float | None) -> float | None:
+    """`v`, or None when it is missing or NaN (shown as NA)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
 def pct(fraction: float | None, digits: int = 1) -> str:
     """0.234 -> '23.4 %'."""
-    if _bad(fraction):
+    f = _good(fraction)
+    if f is None:
         return NA
-    return f"{fraction * 100:.{digits}f} %"
+    return f"{f * 100:.{digits}f} %"
 
 
 def pp(fraction: float | None) -> str:
     """A difference of two fractions, in percentage points."""
-    if _bad(fraction):
+    f = _good(fraction)
+    if f is None:
         return NA
-    return f"{fraction * 100:.1f} pp"
+    return f"{f * 100:.1f} pp"
 
 
 def money(usd: float | None, exact: bool = False) -> str:
     """$1,234,567 exactly, or $1.23M / $456k / $789 for reading."""
-    if _bad(usd):
+    v = _good(usd)
+    if v is None:
         return NA
-    sign = "−" if usd < 0 else ""
-    a = abs(usd)
+    sign = "−" if v < 0 else ""
+    a = abs(v)
     if exact or a < 1e3:
         return f"{sign}${a:,.0f}" if a >= 100 or a == 0 else f"{sign}${a:,.2f}"
     if a >= 1e6:
@@ -47,16 +51,18 @@ def money(usd: float | None, exact: bool = False) -> str:
 
 
 def num(v: float | None, digits: int = 0) -> str:
-    if _bad(v):
+    x = _good(v)
+    if x is None:
         return NA
-    return f"{v:,.{digits}f}"
+    return f"{x:,.{digits}f}"
 
 
 def hours(v: float | None) -> str:
     """GPU-hours, thousands separated."""
-    if _bad(v):
+    x = _good(v)
+    if x is None:
         return NA
-    return f"{v:,.0f} GPU-h" if abs(v) >= 10 else f"{v:,.1f} GPU-h"
+    return f"{x:,.0f} GPU-h" if abs(x) >= 10 else f"{x:,.1f} GPU-h"
 
 
 def unit_value(value: float | None, unit: str) -> str:
@@ -66,19 +72,20 @@ def unit_value(value: float | None, unit: str) -> str:
         return pct(value)
     if u in {"usd", "$", "dollars"}:
         return money(value)
+    x = _good(value)
     if u.startswith(("usd/", "$/")):
         per = unit.split("/", 1)[1]
         per = {"gpu-hour": "GPU-h", "gpu-h": "GPU-h", "hour": "h"}.get(per.lower(), per)
-        return NA if _bad(value) else f"${value:,.2f}/{per}"
-    if u in {"count", "n", ""} and not _bad(value):
-        return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
+        return NA if x is None else f"${x:,.2f}/{per}"
+    if u in {"count", "n", ""} and x is not None:
+        return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.3g}"
     if u in {"gpu-hours", "gpu-h", "gpu_hours", "gpu hours"}:
         return hours(value)
     if u in {"gpus", "gpu"}:
         return num(value, 1 if value is not None and value % 1 else 0)
-    if _bad(value):
+    if x is None:
         return NA
-    text = f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    text = f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
     return f"{text} {unit}".strip()
 
 

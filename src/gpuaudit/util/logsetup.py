@@ -1,7 +1,7 @@
 """The one logging setup: gpuaudit's log lines on stderr, data in them (names, paths, errors) with control
 characters escaped. Two line formats:
 
-- messages (`gpuaudit sql`, `compact`, `push`): `gpuaudit: warning: ...`, warnings and worse;
+- messages (every command): `gpuaudit: warning: ...`, warnings and worse;
 - events (the agent, `push --follow`): `ts=<UTC> level=info event=<name> k=v ...` (agent/log.event writes
   them), info and worse, debug too with `verbose`.
 """
@@ -11,13 +11,31 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import Any
 
 from gpuaudit.util.textsafe import printable
 
 
 class _Messages(logging.Formatter):
+    """`gpuaudit: warning: ...`, one line: messages name files and hosts from the data, so control, format and
+    bidi characters in them are shown escaped (an ESC[2J or a U+202E in a pushed file's name never reaches the
+    terminal raw)."""
+
     def format(self, record: logging.LogRecord) -> str:
-        return printable(super().format(record))
+        level = {"WARNING": "warning", "ERROR": "error", "CRITICAL": "error"}.get(record.levelname, "note")
+        return f"gpuaudit: {level}: {printable(record.getMessage())}"
+
+
+class _StderrHandler(logging.StreamHandler[Any]):
+    """Writes to whatever sys.stderr is when a record comes (a test runner swaps it between commands)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 class _Events(logging.Formatter):
@@ -27,19 +45,24 @@ class _Events(logging.Formatter):
 
 
 def setup(*, events: bool = False, verbose: bool = False) -> None:
-    """Send log lines to stderr (idempotent): messages for a command, or (`events`) the agent's key=value lines."""
+    """Send log lines to stderr (idempotent). Messages: gpuaudit's loggers and Python's `warnings` (captured)
+    through one escaping handler on the root logger, set up once per process before any command runs (the CLI's
+    callback). Events (`events`): the agent's key=value lines replace that for the gpuaudit.* loggers."""
     if not events:
-        # The root logger: a library's warning (an unreadable file DuckDB skipped, s3fs) reaches the user too.
-        handler = logging.StreamHandler()
-        handler.setFormatter(_Messages("gpuaudit: %(levelname)s: %(message)s"))
-        logging.basicConfig(level=logging.WARNING, handlers=[handler])
-        logging.addLevelName(logging.WARNING, "warning")
+        root = logging.getLogger()
+        if any(isinstance(h.formatter, _Messages) for h in root.handlers):
+            return
+        handler = _StderrHandler()
+        handler.setFormatter(_Messages())
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+        logging.captureWarnings(True)
         return
     root = logging.getLogger("gpuaudit")
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     if not any(getattr(h, "_gpuaudit_agent", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Events())
-        handler._gpuaudit_agent = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
+        events_handler = logging.StreamHandler(sys.stderr)
+        events_handler.setFormatter(_Events())
+        events_handler._gpuaudit_agent = True  # type: ignore[attr-defined]
+        root.addHandler(events_handler)
         root.propagate = False

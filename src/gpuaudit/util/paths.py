@@ -11,12 +11,14 @@ Standard library only: the agent's lean install uses it."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from gpuaudit.errors import GpuauditError
 
 SCHEMES = ("s3",)
+NAME_MAX = 255  # bytes in one path component on Linux filesystems (ext4, xfs, btrfs, tmpfs)
 _URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
 
 
@@ -58,6 +60,19 @@ def expand_user(value: Path | str, option: str) -> Path:
     except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
         raise GpuauditError(f"bad {option} {str(value)!r}: cannot expand '~' (no such user or home directory)"
                             ) from None
+
+
+def check_name_lengths(path: Path | str, option: str) -> None:
+    """Refuse a path with a component longer than a file name may be, in one line: every command would
+    otherwise fail on its first stat() with `OSError: [Errno 36] File name too long` (and a URL's key is
+    checked by its store, not here)."""
+    if as_url(path):
+        return
+    for part in Path(path).parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise GpuauditError(f"{option}: a path component is too long ({size} bytes, at most {NAME_MAX}): "
+                                f"{part[:40]}...")
 
 
 def local_path(value: Path | str, option: str, what: str = "a local path") -> Path:

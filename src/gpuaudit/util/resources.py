@@ -24,6 +24,22 @@ def sql_names() -> list[str]:
     return sorted(p.name.removesuffix(".sql") for p in sql_dir().iterdir() if p.name.endswith(".sql"))
 
 
+# The analyzer's own stage-1 queries carry this prefix; `gpuaudit sql --list` shows the others (user queries).
+ANALYZER_PREFIX = "analysis_"
+
+
+def user_queries() -> list[tuple[str, str]]:
+    """(name, one-line description) of the canned user queries: sql/*.sql without the analyzer's, the
+    description being the first line of each file's leading `-- ` comment."""
+    out = []
+    for name in sql_names():
+        if name.startswith(ANALYZER_PREFIX):
+            continue
+        first = load_sql(name).lstrip().splitlines()[0] if load_sql(name).strip() else ""
+        out.append((name, first.removeprefix("--").strip()))
+    return out
+
+
 def load_sql(name: str) -> str:
     """The text of sql/NAME.sql (NAME with or without the .sql suffix)."""
     name = name.removesuffix(".sql")

@@ -36,7 +36,8 @@ def visible(text: str, keep: str = "") -> str:
         return text
     if not keep:
         return printable(text)
-    out, part = [], []
+    out: list[str] = []
+    part: list[str] = []
     for ch in text:
         if ch in keep:
             out.append(printable("".join(part)))

@@ -14,6 +14,7 @@ any PySpark program (e.g. `--driver-memory 8g pyspark-shell`).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -172,7 +173,7 @@ class Views:
                 f"SELECT reason, count(*) AS n FROM ({reasons}) WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY n DESC, reason")).collect()
             for reason, n in rows:
-                store.log.warning("excluded %d %s rows: %s", n, table, reason)
+                logging.getLogger("gpuaudit.store").warning("excluded %d %s rows: %s", n, table, reason)
                 out.append((table, reason, n))
         return out
 

@@ -39,6 +39,17 @@ def streams_sql(fine: bool = False) -> str:
     return sql
 
 
+# The de-duplicated GPU-hours (stage 1's rollup) as `gpuaudit sql` shows them: what the user queries read.
+GPU_HOURS_VIEW = "gpu_hours"
+ROLLUP_SQL = "analysis_rollup"
+
+
+def user_views() -> list[tuple[str, str]]:
+    """(name, SQL) of the views `gpuaudit sql` adds over `samples`: the streams and `gpu_hours`, the rollup
+    the analyzer counts, so the canned user queries agree with `analyze` on overlapping data."""
+    return [*streams_views(), (GPU_HOURS_VIEW, load_sql(ROLLUP_SQL))]
+
+
 def streams_views() -> list[tuple[str, str]]:
     """(name, SQL) of the relations behind `gpu_streams`, in dependency order (for lazy views)."""
     return [(HOURLY, streams_sql()), (REFINE, load_sql("analysis_refine_hours")), (FINE, streams_sql(fine=True)),

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from tests.agent_helpers import make_sampler
 from tests.analysis_helpers import gpu_rows, write
-from tests.helpers import one_error_line, run_cli
-from tests.test_adversarial_cli import NASTY, _nasty_dataset
+from tests.helpers import NASTY, _nasty_dataset, one_error_line, run_cli
 
 from gpuaudit.analysis import hybrid
 from gpuaudit.analysis.config import load_config

@@ -376,7 +376,7 @@ def test_analyze_help_names_the_spark_extra() -> None:
 
 
 def test_spark_refuses_s3_and_says_what_to_do() -> None:
-    from gpuaudit.analysis import spark
+    from gpuaudit.analysis.stage1 import spark
 
     with pytest.raises(GpuauditError, match=r"s3a://.*default engine.*copy"):
         spark.load_rollups("s3://bucket/fleet")

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from tests.analysis_helpers import T0, gpu_rows, proc_rows, write
 from tests.helpers import run_cli
-from tests.test_store import samples_frame
+from tests.store_helpers import _fragmented, count, raw_file, samples_frame
 
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
@@ -34,32 +34,10 @@ def snapshot(*dirs: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for d in dirs for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def count(root: Path, view: str = "samples") -> int:
-    with store.open_dataset(root) as ds:
-        return ds.fetchall(f"SELECT count(*) FROM {view}")[0][0]
 
 
-_POLARS = {"FLOAT": pl.Float32, "SMALLINT": pl.Int16, "INTEGER": pl.Int32, "BIGINT": pl.Int64,
-           "VARCHAR": pl.String, "TIMESTAMPTZ": pl.Datetime("us", "UTC")}
 
 
-def raw_file(root: Path, table: str, rows: list[dict], name: str = "foreign", *, contract: bool = True,
-             change=None) -> Path:
-    """Write `rows` (one host, one UTC date) as a Parquet file straight into the partition, bypassing
-    store.write_table and its checks: what a foreign producer or a hand-edited file looks like. `contract`
-    casts the columns to their contract types first; `change` edits the frame before it is written."""
-    frame = pl.DataFrame(rows, infer_schema_length=None)
-    if contract:
-        types = {c.name: _POLARS[c.sql_type] for c in schema.COLUMNS[table]}
-        frame = frame.with_columns(pl.col(n).cast(types[n]) for n in frame.columns if n in types)
-    host, date = rows[0]["host"], rows[0]["ts"].astimezone(UTC).date().isoformat()
-    frame = frame.drop("host")
-    if change is not None:
-        frame = change(frame)
-    path = store.partition_dir(root, table, host, date) / f"{name}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    frame.write_parquet(path)
-    return path
 
 
 # ---------------------------------------------------------------------------------- gpuaudit sql is read-only
@@ -166,11 +144,6 @@ def test_a_strict_dataset_reads_its_files_and_nothing_else(data: Path, outside: 
 # ------------------------------------------------------------------------------------------------ compaction
 
 
-def _fragmented(root: Path, writes: int = 3, hosts: int = 8) -> None:
-    names = tuple(f"node-{i}" for i in range(hosts))
-    for k in range(writes):
-        store.write_table(root, schema.SAMPLES, samples_frame(20 * hosts, hosts=names).with_columns(
-            ts=pl.col("ts") + timedelta(minutes=10 * k)))
 
 
 COMPACTOR = textwrap.dedent(
@@ -342,7 +315,7 @@ def test_out_of_contract_rows_are_excluded_and_counted(tmp_path: Path, caplog) -
         row.update(edit)
     path = raw_file(root, schema.SAMPLES, good + bad)
     procs = [{**p, "sm_util": None} for p in proc_rows("h", "GPU-0", [T0 + timedelta(minutes=i) for i in range(5)])]
-    # (A fraction above 1 would leave the whole file out as percent-valued: test_adversarial_review.py.)
+    # (A fraction above 1 would leave the whole file out as percent-valued: test_store_conformance.py.)
     procs[0]["sm_util"], procs[1]["mem_used_bytes"], procs[2]["ts"] = -2.0, -1, datetime(1999, 12, 31, tzinfo=UTC)
     raw_file(root, schema.PROCESSES, procs)
     with store.open_dataset(root) as ds:

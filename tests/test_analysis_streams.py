@@ -159,3 +159,30 @@ def test_gpuaudit_sql_sees_the_same_de_duplicated_streams(tmp_path: Path) -> Non
     assert float(roll.gpu_hours["held_s"].sum()) == pytest.approx(3 * 3600)
     assert float(roll.gpu_hours["overlap_s"].sum()) == pytest.approx(3 * 3600)  # the copy was read, and removed
     assert sum(x["overlap_s"] for x in got) == pytest.approx(3 * 3600)
+
+
+def test_user_queries_agree_with_analyze_on_overlapping_data(base, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """sql/fleet_summary.sql and sql/gpu_summary.sql summed `samples` as they were, so a copied file doubled their
+    GPU-hours while `analyze` counted it once: they now read the de-duplicated `gpu_hours`."""
+    import json
+
+    from tests.helpers import run_cli
+
+    root, a = base
+    copy = tmp_path / "d"
+    shutil.copytree(root, copy)
+    for f in list((copy / schema.SAMPLES).rglob("*.parquet")):
+        shutil.copy(f, f.with_name("copy-of-" + f.name))
+    u = a.utilization
+    r = run_cli("sql", "-d", str(copy), "--file", "sql/fleet_summary.sql", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    [fleet] = json.loads(r.stdout)
+    assert fleet["observed_gpu_hours"] == pytest.approx(u.observed_gpu_hours.value, rel=1e-6)
+    assert fleet["observed_gpu_hours"] == pytest.approx(2 * 48.0)  # 2 GPUs x 48 h, the copy not counted
+    assert fleet["runtime_util"] == pytest.approx(u.runtime_gpu_hours.value / u.observed_gpu_hours.value, rel=1e-6)
+    assert fleet["real_util"] == pytest.approx(u.real_gpu_hours.value / u.observed_gpu_hours.value, rel=1e-6)
+    r = run_cli("sql", "-d", str(copy), "--file", "sql/gpu_summary.sql", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    gpus = json.loads(r.stdout)
+    assert [g["gpu_uuid"] for g in gpus] == ["GPU-0", "GPU-1"] and all(g["gpu_index"] is not None for g in gpus)
+    assert sum(g["observed_gpu_hours"] for g in gpus) == pytest.approx(2 * 48.0)

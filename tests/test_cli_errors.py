@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import REPO, one_error_line, run_cli
+from tests.helpers import NASTY, REPO, _nasty_dataset, one_error_line, run_cli
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
 from gpuaudit import schema, store
 
-NASTY = "\x1b[31mred\x1b[0m\r\bover\x00nul\u202eevil\x1b]0;title\x07\x9b"
 RAW = ("\x1b", "\r", "\b", "\x00", "\u202e", "\x07", "\x9b")
 ARG = NASTY.replace("\x00", "")  # what a command line or a path can carry (no NUL)
 
@@ -40,26 +39,6 @@ def _strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def _nasty_dataset(root: Path, n: int = 120) -> None:
-    """One GPU on a host whose name, GPU name, user, job and pod carry escape sequences, bidi overrides..."""
-    t0 = datetime(2026, 3, 2, tzinfo=UTC)
-    ts = [t0 + timedelta(minutes=i + 1) for i in range(n)]
-    host = f"node-{NASTY}"
-    samples = {
-        "ts": ts, "interval_s": [60.0] * n, "host": [host] * n, "gpu_uuid": [f"GPU-{NASTY}"] * n,
-        "gpu_index": [0] * n, "gpu_name": [f"H100 {NASTY}"] * n, "gpu_fraction": [1.0] * n,
-        "sm_active": [0.5 if i % 2 else 0.0 for i in range(n)], "duty_cycle": [0.9 if i % 2 else 0.0 for i in range(n)],
-        "n_processes": [1 if i % 2 else 0 for i in range(n)], "power_w": [300.0] * n,
-        "source": [schema.SOURCE_SIMULATED] * n,
-    }
-    busy = [t for i, t in enumerate(ts) if i % 2]
-    processes = {
-        "ts": busy, "host": [host] * len(busy), "gpu_uuid": [f"GPU-{NASTY}"] * len(busy), "pid": [7] * len(busy),
-        "user": [f"mallory{NASTY}"] * len(busy), "job_id": [f"job{NASTY}"] * len(busy),
-        "k8s_pod": [f"pod{NASTY}"] * len(busy), "command": [f"python {NASTY}"] * len(busy),
-    }
-    store.write_table(root, schema.SAMPLES, samples)
-    store.write_table(root, schema.PROCESSES, processes)
 
 
 # --- 4. control characters from data never reach the terminal raw -------------------------------------------
@@ -103,9 +82,9 @@ def test_agent_status_escapes_host_device_and_error_text(tmp_path: Path) -> None
 
 
 def store_safe(host: str) -> str:
-    from gpuaudit.agent.buffer import _safe
+    from gpuaudit.agent.instance import host_key
 
-    return _safe(host)
+    return host_key(host)
 
 
 def test_error_lines_escape_echoed_data(tmp_path: Path) -> None:
