@@ -38,13 +38,14 @@ def _fleet(copies: int) -> list:  # type: ignore[type-arg]
 def _raw_fetch(url: str, start, end) -> tuple[float, int]:  # type: ignore[no-untyped-def]
     """Seconds and points for the importer's queries with plain requests + JSON decode."""
     import requests
+    from tests.prom_helpers import build_fleet
 
     from gpuaudit.importer.mapping import build_mapping
     from gpuaudit.importer.promclient import chunks
-    from gpuaudit.importer.prometheus import query_for
+    from gpuaudit.importer.prometheus import plan_queries
 
-    mapping = build_mapping()
-    queries = [query_for(n, spec.kind, "", STEP_S) for spec in mapping.metrics.values() for n in spec.names]
+    present = {m for g in build_fleet() for m in g.metrics} | {"DCGM_FI_DEV_POWER_USAGE"}  # what the server holds
+    queries = [q for *_, q in plan_queries(build_mapping(), STEP_S, present)]
     points = 0
     t0 = time.perf_counter()
     with requests.Session() as s:

@@ -9,7 +9,7 @@ WITH weighted AS (
         floor((epoch(s.ts) - 0.001) / 300) * 300 AS bucket_s,
         s.interval_s * s.gpu_fraction / w.overlap AS gpu_s,
         CASE WHEN s.n_processes > 0 THEN s.interval_s * s.gpu_fraction / w.overlap ELSE 0 END AS held_s,
-        coalesce(s.sm_active, s.duty_cycle) * s.interval_s * s.gpu_fraction / w.overlap AS real_s,
+        coalesce(s.sm_active, s.gr_engine_active, s.duty_cycle) * s.interval_s * s.gpu_fraction / w.overlap AS real_s,
         s.interval_s
     FROM samples AS s
     JOIN gpu_streams AS w

@@ -20,6 +20,7 @@ SELECT
     sum(idle_held_s / overlap) AS idle_held_s,
     sum(energy_j / overlap) AS energy_j,
     sum(energy_s / overlap) AS energy_s,
+    sum(energy_estimated_s / overlap) AS energy_estimated_s,
     sum(slot_observed_s - observed_s / overlap) AS overlap_s,
     max(max_mem_used_bytes) AS max_mem_used_bytes,
     max(mem_total_bytes) AS mem_total_bytes,

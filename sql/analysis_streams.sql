@@ -5,14 +5,16 @@
 --
 -- A sample belongs to the hour in which its interval ends (ts is the end; an interval ending exactly on the
 -- hour belongs to the hour before). Every GPU-second is weighted by gpu_fraction, so a MIG slice counts as its
--- share of a GPU. Where SM activity was not measured (sm_active NULL: sources `nvml` and
--- `prometheus-dcgm-util`), duty_cycle stands in for it: an upper bound, counted in fallback_s, and its part of
--- real_s kept apart (fallback_real_s) so the analyzer can state the lower bound too. Idle-held: a process holds
--- the GPU while SM activity < 1 %.
+-- share of a GPU. Where SM activity was not measured (sm_active NULL: sources `nvml`, `prometheus-*-util` and
+-- `prometheus-*-engine`), engine-active (gr_engine_active: any SM had work, a tighter bound), else duty_cycle
+-- stands in for it: an upper bound, counted in fallback_s, and its part of real_s kept apart (fallback_real_s)
+-- so the analyzer can state the lower bound too. Idle-held: a process holds the GPU while SM activity < 1 %.
+-- Energy: a MIG instance's row holds its share of the GPU's (schema.py), so it is not weighted again.
 --
 -- De-duplication, per GPU and SLOT (here the hour: slot_s = hour_s, slot_len_s = 3600):
---   1. Precedence between streams: agent GPM (nvml-gpm, simulated) > DCGM import (prometheus-dcgm) > duty
---      cycle (nvml > prometheus-dcgm-util); ties: the first host name. Only the best stream present in the slot
+--   1. Precedence between streams: agent GPM (nvml-gpm, simulated) > imported SM activity (prometheus-<exporter>)
+--      > imported engine-active (prometheus-<exporter>-engine) > duty cycle (nvml > prometheus-<exporter>-util);
+--      ties: the first host name. Only the best stream present in the slot
 --      counts (pick = 1), so an import over agent data, or one GPU reported under two host names, never adds up.
 --   2. Within a stream, rows that overlap in time (a copied file, two agents writing the same GPU) cover more
 --      seconds than the slot they span: its sums are divided by
@@ -27,12 +29,13 @@
 WITH raw AS (
     SELECT
         host, gpu_uuid, coalesce(mig_instance, -1) AS mig_instance, gpu_name, source,
-        CASE source
-            WHEN 'nvml-gpm' THEN 1 WHEN 'simulated' THEN 1
-            WHEN 'prometheus-dcgm' THEN 2
-            WHEN 'nvml' THEN 3
-            WHEN 'prometheus-dcgm-util' THEN 4
-            ELSE 5
+        CASE
+            WHEN source IN ('nvml-gpm', 'simulated') THEN 1
+            WHEN source = 'nvml' THEN 4
+            WHEN source LIKE 'prometheus-%-util' THEN 5
+            WHEN source LIKE 'prometheus-%-engine' THEN 3
+            WHEN source LIKE 'prometheus-%' THEN 2
+            ELSE 6
         END AS precedence,
         floor((epoch(ts) - 0.001) / 3600) * 3600 AS hour_s,
         floor((epoch(ts) - 0.001) / 3600) * 3600 AS slot_s,  -- slot
@@ -44,8 +47,9 @@ WITH raw AS (
         CASE WHEN n_processes > 0 THEN interval_s * gpu_fraction ELSE 0 END AS held_s,
         duty_cycle,
         sm_active,
-        coalesce(sm_active, duty_cycle) AS sm,
-        coalesce(energy_j, power_w * interval_s) * gpu_fraction AS energy_j,
+        coalesce(sm_active, gr_engine_active, duty_cycle) AS sm,
+        coalesce(energy_j, power_w * interval_s) AS energy_j,
+        energy_j IS NULL AND power_w IS NOT NULL AS energy_estimated,  -- no energy counter: power x time
         mem_used_bytes,
         mem_total_bytes
     FROM samples  -- rows
@@ -63,13 +67,13 @@ streams AS (
         sum(duty_cycle * gpu_s) AS busy_s,
         sum(sm * gpu_s) AS real_s,
         sum(sm * held_s) AS real_held_s,
-        sum(CASE WHEN sm_active IS NULL AND duty_cycle IS NOT NULL THEN gpu_s ELSE 0 END) AS fallback_s,
-        sum(CASE WHEN sm_active IS NULL AND duty_cycle IS NOT NULL THEN duty_cycle * gpu_s ELSE 0 END)
-            AS fallback_real_s,
+        sum(CASE WHEN sm_active IS NULL AND sm IS NOT NULL THEN gpu_s ELSE 0 END) AS fallback_s,
+        sum(CASE WHEN sm_active IS NULL AND sm IS NOT NULL THEN sm * gpu_s ELSE 0 END) AS fallback_real_s,
         sum(CASE WHEN sm < 0.01 THEN held_s ELSE 0 END) AS idle_held_s,
         sum(CASE WHEN sm IS NULL THEN gpu_s ELSE 0 END) AS unmeasured_s,
         sum(energy_j) AS energy_j,
         sum(CASE WHEN energy_j IS NOT NULL THEN gpu_s ELSE 0 END) AS energy_s,
+        sum(CASE WHEN energy_estimated THEN gpu_s ELSE 0 END) AS energy_estimated_s,
         max(mem_used_bytes) AS max_mem_used_bytes,
         max(mem_total_bytes) AS mem_total_bytes,
         min(end_s - interval_s) AS first_s,

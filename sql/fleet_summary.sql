@@ -2,7 +2,8 @@
 -- `gpu_hours` is stage 1's rollup (sql/analysis_rollup.sql): what `gpuaudit analyze` counts, so an import over
 -- agent data, a copied file or one GPU under two host names is counted once here as there.
 -- GPU-seconds are weighted by gpu_fraction (a MIG slice is a fraction of a GPU).
--- real_util uses SM activity where measured and duty cycle elsewhere (an upper bound; see sm_measured_share).
+-- real_util uses SM activity where measured, engine-active or duty cycle elsewhere (upper bounds; see
+-- sm_measured_share). energy_j: a MIG instance's rows hold its share of the GPU's: the sum counts a GPU once.
 -- first_ts / last_ts: the start of the first sample's interval and the end of the last one.
 SELECT
     COUNT(DISTINCT host)                                                        AS hosts,

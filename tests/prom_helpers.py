@@ -259,6 +259,17 @@ def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float =
     raise RuntimeError(f"prometheus not ready after {timeout_s}s: {log.read_text()[-2000:]}")
 
 
+def served(prometheus: str, promtool: str, openmetrics: Path, work: Path) -> Iterator[PromServer]:
+    """Generator for a fixture: an OpenMetrics file backfilled into a fresh TSDB under `work`, served, stopped
+    afterwards."""
+    backfill(promtool, openmetrics, work / "tsdb")
+    server = start_prometheus(prometheus, work / "tsdb", work)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def fleet_server(prometheus: str, promtool: str, work: Path) -> Iterator[tuple[PromServer, list[Gpu]]]:
     """Generator for a fixture: the fleet backfilled into a fresh TSDB, served, and stopped afterwards."""
     fleet = build_fleet()

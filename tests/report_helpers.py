@@ -115,7 +115,8 @@ class _Cdp:
 
 
 def open_in_chromium(path: Path, screenshot: Path | None = None, *, dark: bool = False,
-                     probes: dict[str, str] | None = None, width: int = 1100, pdf: Path | None = None) -> PageVisit:
+                     probes: dict[str, str] | None = None, width: int = 1100, pdf: Path | None = None,
+                     media: str = "") -> PageVisit:
     """Open `path` in a fresh headless Chromium; record console errors, exceptions and every network
     request; return the rendered text, optional JS probe results and a full-page screenshot."""
     require_websocket_client()
@@ -139,7 +140,7 @@ def open_in_chromium(path: Path, screenshot: Path | None = None, *, dark: bool =
         page = next(t for t in targets if t["type"] == "page")
         cdp = _Cdp(page["webSocketDebuggerUrl"])
         try:
-            return _visit(cdp, path, screenshot, dark, probes or {}, width, pdf)
+            return _visit(cdp, path, screenshot, dark, probes or {}, width, pdf, media)
         finally:
             cdp.close()
     finally:
@@ -153,11 +154,11 @@ def open_in_chromium(path: Path, screenshot: Path | None = None, *, dark: bool =
 
 
 def _visit(cdp: _Cdp, path: Path, screenshot: Path | None, dark: bool, probes: dict[str, str],
-           width: int, pdf: Path | None = None) -> PageVisit:
+           width: int, pdf: Path | None = None, media: str = "") -> PageVisit:
     for domain in ("Page", "Runtime", "Log", "Network"):
         cdp.call(f"{domain}.enable")
     cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
-    cdp.call("Emulation.setEmulatedMedia",
+    cdp.call("Emulation.setEmulatedMedia", media=media,  # "print": lay the page out as it prints
              features=[{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}])
     url = path.resolve().as_uri()
     cdp.events.clear()

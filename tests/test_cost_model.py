@@ -19,6 +19,7 @@ from gpuaudit.analysis.config import load_config, preset_comments
 from gpuaudit.analysis.costs import (
     HOURS_PER_MONTH,
     Timeline,
+    best_reservation,
     billable,
     cloud_bill,
     cloud_cost,
@@ -513,7 +514,7 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
 
         def rent(k: float, cfg=cfg, tl=tl, unit=block.prices.unit) -> float:  # type: ignore[no-untyped-def]
             billed = billable(held * k, unit)
-            kk = reserved_capacity(billed, cfg.cloud.reserved_share, unit)
+            kk = best_reservation(billed, cloud_prices(cfg))  # what is cheaper reserved (issue 17)
             return sum(cloud_bill(cfg, tl, kk, float(np.maximum(billed - kk, 0).mean())).values()) + float(
                 owned_total(owned_cost(cfg, tl, 0.0, 400.0, 8, cfg.on_prem.owned_age_years))[0])
 

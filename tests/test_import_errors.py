@@ -146,7 +146,7 @@ def test_server_down_is_a_clear_error_after_bounded_retries(tmp_path: Path) -> N
     ("401", r"HTTP 401 \(unauthorized: check --bearer-token-file", 1),
     ("html", r"malformed response .*not JSON", 1),
     ("nodata", r"malformed response .*no data.result", 1),
-    ("badvalues", r"malformed response .*bad sample", 1),
+    ("badvalues", r"malformed response .*bad sample", 2),  # the importer's listing of metric names, then this
 ])
 def test_http_failures_are_one_clear_error(fake: FakeProm, tmp_path: Path, mode: str, match: str,
                                            requests: int) -> None:

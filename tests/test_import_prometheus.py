@@ -74,16 +74,24 @@ def test_week_reproduces_the_fixture_step_averages(prom: tuple[PromServer, list[
     for row in df.iter_rows(named=True):
         e = want[(row["gpu_uuid"], row["mig_instance"], int(row["ts"].timestamp()))]
         assert row["interval_s"] == 300
-        sm = e.get("DCGM_FI_PROF_SM_ACTIVE", e.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
-        if sm is None:
-            assert row["sm_active"] is None and row["source"] == schema.SOURCE_PROM_DCGM_UTIL
-        else:
+        sm, engine = e.get("DCGM_FI_PROF_SM_ACTIVE"), e.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        if sm is not None:
             assert _close(row["sm_active"], sm), (row, e)
             assert row["source"] == schema.SOURCE_PROM_DCGM
+        elif engine is not None:  # engine-active is not SM activity: its own column, an upper bound (issue 18)
+            assert row["sm_active"] is None and _close(row["gr_engine_active"], engine), (row, e)
+            assert row["source"] == "prometheus-dcgm-engine"
+        else:
+            assert row["sm_active"] is None and row["source"] == schema.SOURCE_PROM_DCGM_UTIL
         pairs = [("duty_cycle", "DCGM_FI_DEV_GPU_UTIL", 0.01), ("mem_util", "DCGM_FI_DEV_MEM_COPY_UTIL", 0.01),
                  ("sm_occupancy", "DCGM_FI_PROF_SM_OCCUPANCY", 1),
                  ("tensor_active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1),
                  ("dram_active", "DCGM_FI_PROF_DRAM_ACTIVE", 1), ("power_w", "DCGM_FI_DEV_POWER_USAGE", 1)]
+        if row["mig_instance"] is not None:
+            # The MIG parent's power belongs to the GPU, split over its slices (3/7 and 1/7 of 4/7): once.
+            share = {1: 0.75, 2: 0.25}[row["mig_instance"]]
+            assert _close(row["power_w"], 250.0 * share), row
+            pairs = [x for x in pairs if x[0] != "power_w"]
         for col, metric, factor in pairs:
             if metric in e:
                 assert _close(row[col], e[metric] * factor), (col, row, e)
@@ -102,14 +110,16 @@ def test_week_known_averages_and_labels(week: tuple[Path, ImportResult]) -> None
         got = ds.query("""
             SELECT host, gpu_uuid, mig_instance, any_value(mig_profile) AS profile, any_value(gpu_name) AS name,
                    any_value(gpu_index) AS idx, avg(gpu_fraction) AS frac, avg(sm_active) AS sm,
-                   avg(duty_cycle) AS duty, list(DISTINCT source) AS sources, count(*) AS n
+                   avg(duty_cycle) AS duty, avg(gr_engine_active) AS engine, list(DISTINCT source) AS sources,
+                   count(*) AS n
             FROM samples GROUP BY ALL ORDER BY host, gpu_uuid, mig_instance""").rows(named=True)
     by = {(r["gpu_uuid"], r["mig_instance"]): r for r in got}
     # The fixture's schedules: busy 3 of 4 hours at an average 0.5; half of each day at 0.7; ...
     assert by[(UUID_A0, None)]["sm"] == pytest.approx(0.75 * 0.5)
     assert by[(UUID_A0, None)]["duty"] == pytest.approx(0.75 * 0.9)
     assert by[(UUID_A1, None)]["sm"] == pytest.approx(0.5 * 0.7)
-    assert by[(UUID_B0, None)]["sm"] == pytest.approx((4 * 0.8 + 3 * 0.05) / 7)  # GR_ENGINE_ACTIVE fallback
+    assert by[(UUID_B0, None)]["sm"] is None  # GR_ENGINE_ACTIVE only: engine-active, not SM activity
+    assert by[(UUID_B0, None)]["engine"] == pytest.approx((4 * 0.8 + 3 * 0.05) / 7)
     assert by[(UUID_B1, None)]["sm"] is None and by[(UUID_B1, None)]["duty"] == pytest.approx(0.5)
     assert by[(UUID_B1, None)]["sources"] == [schema.SOURCE_PROM_DCGM_UTIL]
     assert by[(UUID_C0, 1)]["sm"] == pytest.approx(0.6 / 3)
@@ -162,7 +172,8 @@ def test_small_chunks_at_60s_match_the_point_samples(prom: tuple[PromServer, lis
     server, fleet = prom
     day_end = START + timedelta(days=1)
     result = _import(server, tmp_path / "d", START, day_end, 60, max_points=97)
-    assert result.queries == math.ceil(1440 / 97) * 12  # 15 chunks x 12 metric names
+    # 15 chunks x 12 names, +1 query per average (samples per step), +2 for the counter
+    assert result.queries == math.ceil(1440 / 97) * 22
     df = _samples(tmp_path / "d")
     assert df.height == 6 * 1440
     assert df.select("gpu_uuid", "mig_instance", "ts").is_unique().all()
@@ -267,7 +278,7 @@ def test_metric_label_and_selector_overrides(prom: tuple[PromServer, list[Gpu]],
     server, _ = prom
     day = START + timedelta(days=1)
     # Turning SM activity off leaves the duty cycle: every row an upper bound.
-    r = _import(server, tmp_path / "a", START, day, 300, metrics=["sm_active="])
+    r = _import(server, tmp_path / "a", START, day, 300, metrics=["sm_active=", "gr_engine_active="])
     assert set(r.sources) == {schema.SOURCE_PROM_DCGM_UTIL}
     # Only the older-exporter hosts (capital Hostname label), by selector.
     r = _import(server, tmp_path / "b", START, day, 300, selector='Hostname=~"node-.*"')

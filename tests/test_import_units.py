@@ -122,7 +122,7 @@ def test_mapping_overrides_metric_names_units_and_labels() -> None:
     (["duty_cycle"], [], "FIELD=NAME"),
     (["duty_cycle=X:watts"], [], "does not fit"),
     (["duty_cycle=bad-name"], [], "not a Prometheus metric name"),
-    (["sm_active=", "duty_cycle="], [], "at least one"),
+    (["sm_active=", "gr_engine_active=", "duty_cycle="], [], "at least one"),
     ([], ["host=bad label"], "not a Prometheus label name"),
 ])
 def test_mapping_rejects_bad_overrides(metrics: list[str], labels: list[str], match: str) -> None:

@@ -26,6 +26,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.store import readers
 
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
 START = datetime(2026, 1, 5, tzinfo=UTC)
@@ -40,7 +41,8 @@ def _snapshot(root: Path) -> dict[str, str]:
         return {}
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*"))
-            if p.is_file() and store.STAGING not in p.parts and p.name != store.COMPACT_LOCK}
+            if p.is_file() and store.STAGING not in p.parts
+            and p.name not in (store.COMPACT_LOCK, *readers.LOCK_FILES)}
 
 
 def _stages(root: Path) -> list[Path]:
@@ -213,7 +215,7 @@ def test_timestamps_outside_the_query_are_refused(http: Server, tmp_path: Path, 
 def test_negative_energy_is_refused(http: Server, tmp_path: Path) -> None:
     http.answer = fleet(["h1"], energy_j=-5000.0)
     with pytest.raises(GpuauditError, match=r"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION\{.* = -5000 at "
-                                            r"2026-01-05T00:01:00Z: negative energy; nothing imported"):
+                                            r"2026-01-05T00:00:00Z: negative energy; nothing imported"):
         _import(http, tmp_path / "d")
     assert _snapshot(tmp_path / "d") == {}
 
@@ -284,7 +286,8 @@ def run(*extra):
 
 def snapshot():
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and ".staging" not in p.parts and p.name != ".compact.lock"}
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and ".staging" not in p.parts and not p.name.endswith(".lock")}
 
 first = run("--end", "2026-01-05T02:00:00")
 before = snapshot()
@@ -405,7 +408,8 @@ def test_a_huge_temperature_is_one_line_from_the_cli(http: Server, tmp_path: Pat
 
 
 def test_sane_memory_temperature_and_mig_labels_import(http: Server, tmp_path: Path) -> None:
-    http.answer = _gauges({"DCGM_FI_DEV_FB_USED": 4096, "DCGM_FI_DEV_GPU_TEMP": 65}, {"GPU_I_ID": "3"})
+    http.answer = _gauges({"DCGM_FI_DEV_FB_USED": 4096, "DCGM_FI_DEV_GPU_TEMP": 65},
+                          {"GPU_I_ID": "3", "GPU_I_PROFILE": "1g.10gb"})  # no profile: not guessed (issue 18)
     result = _import(http, tmp_path / "d")
     assert result.sample_rows == 120
     with store.open_dataset(tmp_path / "d") as ds:

@@ -36,7 +36,8 @@ def test_exclusive_lower_bound_is_above_it() -> None:
 
 def test_tornado_clamps_to_the_config_range(tmp_path: Path) -> None:
     _, hi = bounds("cloud", "spot_multiplier")
-    (tmp_path / "c.toml").write_text(f"[cloud]\nspot_multiplier = {hi}\n[analysis]\nsensitivity_fraction = 0.2\n")
+    (tmp_path / "c.toml").write_text(f'allow_implausible = ["cloud.spot_multiplier"]\n[cloud]\nspot_multiplier = {hi}\n'
+                                     "[analysis]\nsensitivity_fraction = 0.2\n")
     cfg = load_config(tmp_path / "c.toml")
     held = np.full(288, 4.0)
     m = Measured(w=1.0, r=0.5, s=0.3, s_lower=0.3, gpus_seen=8, gpu_equivalents=8.0, held=held,

@@ -43,7 +43,9 @@ DOCUMENTED: dict[str, list[str]] = {
     "hybrid.curve": ["n", "owned_usd", "cloud_usd", "total_usd", "cloud_gpu_hours"],
     "break_even.curve": ["held_utilization", "cloud_usd_per_gpu_year", "owned_usd_per_gpu_year"],
     "sensitivity.tornado": ["parameter", "key", "base_value", "low_value", "high_value", "base_diff_usd",
-                            "low_diff_usd", "high_diff_usd", "swing_usd", "cheapest_low", "cheapest_high",
+                            "low_diff_usd", "high_diff_usd", "plan", "base_plan_usd", "low_plan_usd",
+                            "high_plan_usd", "base_margin_usd", "low_margin_usd", "high_margin_usd",  # issue 17
+                            "swing_usd", "cheapest_low", "cheapest_high",
                             "break_even_low", "break_even_high", "changes_cheapest"],
     "sensitivity.growth": ["growth_per_year", "demand_factor", "stay_as_is_usd", "all_cloud_usd", "all_on_prem_usd",
                            "hybrid_usd", "cheapest", "hybrid_gpus"],
@@ -129,7 +131,7 @@ READ_BY_THE_REPORT = [
     ("breakdowns.demand_duration", "share_of_hours"),
     ("break_even.curve", "cloud_usd_per_gpu_year"),  # break-even curve
     ("hybrid.curve", "total_usd"),  # hybrid cost curve
-    ("sensitivity.tornado", "low_diff_usd"),  # tornado
+    ("sensitivity.tornado", "low_margin_usd"),  # tornado (the recommended plan's margin since issue 17)
 ]
 
 
@@ -181,7 +183,7 @@ def test_the_phantom_figures_and_the_demand_curve_come_from_the_analysis(result:
     s_hours = 10 * 9 * 0.6 + 14 * 2 * 0.3 + 14 * 10 * 0.9
     u, c = result.utilization, result.costs
     assert u.phantom_gpu_hours.value == pytest.approx(r_hours - s_hours)  # 566 − 188.4
-    rate = c.cloud_effective_usd_per_gpu_hour.value
+    rate = c.cloud_flexible_usd_per_gpu_hour.value  # one cloud price per use, on its card (issue 17)
     assert rate is not None
     assert c.phantom_usd.value == pytest.approx((r_hours - s_hours) * rate)
     assert c.phantom_usd_per_year.value == pytest.approx((r_hours - s_hours) * rate * 8766 / (14 * 24))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import duckdb
 import pytest
 from tests.helpers import REPO
 
@@ -52,13 +53,15 @@ def test_an_interval_ending_on_the_hour_counts_in_the_hour_before(end_s: float, 
 
 
 def test_source_precedence_in_the_sql_is_the_schemas() -> None:
+    """The CASE of sql/analysis_streams.sql, run by DuckDB over every known source (and an unknown one), ranks
+    each as schema.SOURCE_PRECEDENCE does."""
     text = _analysis_sql()["analysis_streams.sql"]
-    case = re.search(r"CASE source\s+(.*?)\s+END AS precedence", text, re.S)
+    case = re.search(r"(CASE\s+WHEN source.*?END) AS precedence", text, re.S)
     assert case is not None
-    ranks = {src: int(rank) for src, rank in re.findall(r"WHEN '([\w-]+)' THEN (\d+)", case.group(1))}
-    other = re.search(r"ELSE (\d+)", case.group(1))
-    assert ranks == schema.SOURCE_PRECEDENCE
-    assert other is not None and int(other.group(1)) == schema.OTHER_SOURCE_PRECEDENCE
+    sources = [*schema.SOURCE_PRECEDENCE, "some-other-tool"]
+    values = ", ".join(f"('{s}')" for s in sources)
+    got = dict(duckdb.connect().execute(f"SELECT source, {case.group(1)} FROM (VALUES {values}) t(source)").fetchall())
+    assert got == {s: schema.SOURCE_PRECEDENCE.get(s, schema.OTHER_SOURCE_PRECEDENCE) for s in sources}
     assert max(schema.SOURCE_PRECEDENCE.values()) < schema.OTHER_SOURCE_PRECEDENCE
-    sources = {v for k, v in vars(schema).items() if k.startswith("SOURCE_") and isinstance(v, str)}
-    assert set(schema.SOURCE_PRECEDENCE) == sources  # every known source has its rank
+    assert {schema.SOURCE_NVML_GPM, schema.SOURCE_NVML, schema.SOURCE_SIMULATED, *schema.IMPORT_SOURCES} \
+        == set(schema.SOURCE_PRECEDENCE)  # every known source has its rank

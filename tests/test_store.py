@@ -201,7 +201,8 @@ def test_writer_killed_mid_file_leaves_no_partial_file(tmp_path: Path) -> None:
     for f in visible:
         assert store.parquet_problem(f) is None, f
     ds = store.open_dataset(tmp_path)
-    assert ds.skipped == []
+    # The writer writes the same rows each time: its files are exact copies, read once (never damaged).
+    assert all("an exact copy of" in why for _, why in ds.skipped), ds.skipped
     # Whole files only: each holds exactly one complete UTC day of the writer's 400,000 one-second rows.
     counts = ds.fetchall("SELECT filename, count(*) FROM read_parquet(?) GROUP BY 1", [[str(f) for f in visible]])
     assert {n for _, n in counts} <= {86_400, 400_000 - 4 * 86_400}

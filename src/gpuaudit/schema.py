@@ -30,24 +30,51 @@ SOURCE_NVML = "nvml"  # duty cycle only: sm_active is null, analyzer uses duty_c
 SOURCE_PROM_DCGM = "prometheus-dcgm"  # DCGM profiling metrics (SM_ACTIVE) via Prometheus
 SOURCE_PROM_DCGM_UTIL = "prometheus-dcgm-util"  # only DCGM_FI_DEV_GPU_UTIL: upper bound like `nvml`
 SOURCE_SIMULATED = "simulated"
+# Imported rows name the exporter they came from and how SM activity was measured there:
+# prometheus-<exporter> (SM activity), prometheus-<exporter>-engine (engine-active only: gr_engine_active
+# set, sm_active NULL, an upper bound tighter than the duty cycle), prometheus-<exporter>-util (duty cycle only).
+IMPORT_EXPORTERS = ("dcgm", "jobstats", "nvidia-smi")
+MEASURED_SM, MEASURED_ENGINE, MEASURED_DUTY = "sm", "engine", "duty"
+
+
+def import_source(exporter: str, measured: str) -> str:
+    """The `source` of an imported row: which exporter, and which measurement stands for SM activity."""
+    return f"prometheus-{exporter}" + {MEASURED_SM: "", MEASURED_ENGINE: "-engine", MEASURED_DUTY: "-util"}[measured]
+
+
+IMPORT_SOURCES = tuple(import_source(e, m) for e in IMPORT_EXPORTERS
+                       for m in (MEASURED_SM, MEASURED_ENGINE, MEASURED_DUTY))
+# Engine-active only (DCGM_FI_PROF_GR_ENGINE_ACTIVE, GPM graphics activity): "engine-active, not SM activity".
+ENGINE_ACTIVE_SOURCES = tuple(import_source(e, MEASURED_ENGINE) for e in IMPORT_EXPORTERS)
 # Sources that cannot measure SM activity: their rows have sm_active NULL (the writer enforces it), and
-# readers fall back to duty_cycle there, flagged as an upper bound.
-DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, SOURCE_PROM_DCGM_UTIL)
+# readers fall back to gr_engine_active, else duty_cycle there, flagged as an upper bound.
+DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, *(import_source(e, m) for e in IMPORT_EXPORTERS
+                                          for m in (MEASURED_ENGINE, MEASURED_DUTY)))
+# The one line of dcgm-exporter's counters CSV (etc/default-counters.csv ships it commented out) that makes
+# it export SM activity.
+DCGM_SM_ACTIVE_CSV_LINE = "DCGM_FI_PROF_SM_ACTIVE, gauge, The ratio of cycles an SM has at least 1 warp assigned."
 # Which stream counts where several report one GPU over the same time (stage 1's de-duplication): the lowest
-# rank wins (true SM activity before duty cycle, the agent before an import); a source not listed ranks after
-# all of these. sql/analysis_streams.sql spells it out as a CASE; a test checks it against this table.
-SOURCE_PRECEDENCE = {SOURCE_NVML_GPM: 1, SOURCE_SIMULATED: 1, SOURCE_PROM_DCGM: 2, SOURCE_NVML: 3,
-                     SOURCE_PROM_DCGM_UTIL: 4}
-OTHER_SOURCE_PRECEDENCE = 5
+# rank wins (true SM activity before engine activity before duty cycle, the agent before an import); a source not
+# listed ranks after all of these. sql/analysis_streams.sql spells it out as a CASE; a test runs that CASE over
+# every source here and checks it against this table.
+_MEASURED_PRECEDENCE = {MEASURED_SM: 2, MEASURED_ENGINE: 3, MEASURED_DUTY: 5}
+SOURCE_PRECEDENCE = {SOURCE_NVML_GPM: 1, SOURCE_SIMULATED: 1, SOURCE_NVML: 4,
+                     **{import_source(e, m): rank for e in IMPORT_EXPORTERS
+                        for m, rank in _MEASURED_PRECEDENCE.items()}}
+OTHER_SOURCE_PRECEDENCE = 6
 
 # Value rules beyond the types. The writer refuses rows that break the first two; the reader (conformance.py)
 # leaves out rows that break any of them, whoever wrote the file.
 FRACTIONS = {  # must hold 0-1 (catches a producer that wrote percent), within FRACTION_TOLERANCE
-    SAMPLES: ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle", "mem_util", "gpu_fraction"),
+    SAMPLES: ("sm_active", "gr_engine_active", "sm_occupancy", "tensor_active", "dram_active", "duty_cycle",
+              "mem_util", "gpu_fraction"),
     PROCESSES: ("sm_util",),
 }
 FRACTION_TOLERANCE = 0.001  # a producer's rounding, not an error
-NON_NEGATIVE = {SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j"), PROCESSES: ("mem_used_bytes",)}
+NON_NEGATIVE = {  # counts, indices, sizes and energy: a negative value is no measurement
+    SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j", "n_processes", "gpu_index", "mig_instance"),
+    PROCESSES: ("mem_used_bytes", "mig_instance", "pid"),
+}
 MAX_INTERVAL_S = 86400.0  # interval_s must be in (0, MAX_INTERVAL_S]
 TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S past the reader's "now"
 TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong clock: neither is a sample
@@ -92,6 +119,8 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
         nullable=False,
     ),
     Column("sm_active", "FLOAT", "0-1", "SM activity, interval average (GPM or DCGM); null where unmeasured"),
+    Column("gr_engine_active", "FLOAT", "0-1", "graphics engine active (DCGM GR_ENGINE_ACTIVE, GPM graphics "
+           "activity), interval average: time any SM had work, an upper bound on sm_active"),
     Column("sm_occupancy", "FLOAT", "0-1", "SM occupancy (resident warps / max), interval average"),
     Column("tensor_active", "FLOAT", "0-1", "tensor pipe activity, interval average"),
     Column("dram_active", "FLOAT", "0-1", "DRAM bandwidth utilization, interval average"),
@@ -99,12 +128,14 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
     Column("mem_util", "FLOAT", "0-1", "memory controller utilization (nvidia-smi utilization.memory)"),
     Column("mem_used_bytes", "BIGINT", "bytes", "framebuffer memory used, at the end of the interval"),
     Column("mem_total_bytes", "BIGINT", "bytes", "framebuffer memory total"),
-    Column("power_w", "FLOAT", "W", "average board power over the interval"),
-    Column("energy_j", "FLOAT", "J", "energy used in the interval"),
+    Column("power_w", "FLOAT", "W", "average board power over the interval (a MIG instance: its share of "
+           "the GPU's, the shares of a GPU's instances adding up to the GPU's once)"),
+    Column("energy_j", "FLOAT", "J", "energy used in the interval (a MIG instance: its share, as power_w)"),
     Column("temp_c", "SMALLINT", "°C", "GPU temperature at the end of the interval"),
     Column("n_processes", "SMALLINT", "", "compute processes on the GPU during the interval", nullable=False),
-    Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, prometheus-dcgm, "
-           "prometheus-dcgm-util, simulated", nullable=False),
+    Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, simulated, or an "
+           "import: prometheus-EXPORTER, its -engine or -util variant (EXPORTER: dcgm, jobstats, nvidia-smi)",
+           nullable=False),
 )
 
 PROCESS_COLUMNS: tuple[Column, ...] = (

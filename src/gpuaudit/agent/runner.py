@@ -4,7 +4,11 @@
   `interval_s` of the next rows, never hidden, and missed ticks are skipped rather than bunched.
 - Rows are stamped in UTC by `Stamper`: wall-clock time, but never earlier than the previous stamp plus
   the monotonic time elapsed, so a wall-clock step backwards neither duplicates nor reorders rows (and a
-  step forward drops none). The last stamp is kept in the status file, so a restart continues after it.
+  step forward drops none). The last stamp is kept in the status file, so a restart continues after it,
+  unless that stamp is ahead of the wall clock (a run while the clock was wrong): the wall clock is then
+  trusted, with a warning, instead of stamping every later row in that future (readers refuse rows more than
+  a day ahead). Within a run the stamps never lead the wall clock by more than MAX_LEAD_S for the same
+  reason, and no row is stamped before schema.TS_MIN (a clock reset to 1970): such intervals are skipped.
 - SIGTERM / SIGINT: stop sampling, flush, exit 0, promptly at any interval (sleeps wake on the signal).
   SIGHUP: flush now and keep running.
 - One agent per (data directory, host): an flock held for the agent's life (gpuaudit.agent.instance). The
@@ -26,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuaudit import __version__
+from gpuaudit import __version__, schema
 from gpuaudit.agent import instance
 from gpuaudit.agent.buffer import Flusher, RowBuffer, Writer, store_writer
 from gpuaudit.agent.log import event
@@ -81,22 +85,51 @@ class AgentConfig:
             check_target(self.root, self.upload)
 
 
+# The most the stamps may lead the wall clock after it stepped back: half the readers' bound on a future ts
+# (schema.TS_MAX_AHEAD_S), so that no row is ever stamped where readers refuse it. A bigger step back is a
+# wrong clock corrected, not jitter: the stamps follow the wall clock again.
+MAX_LEAD_S = schema.TS_MAX_AHEAD_S / 2
+RESUME_SLACK_S = 1.0  # a previous stamp at most this far ahead is continued after (a clock slewed back a little)
+_TS_MIN = datetime.fromisoformat(schema.TS_MIN).replace(tzinfo=UTC).timestamp()
+
+
 class Stamper:
-    """UTC stamps that only move forward: max(wall clock, previous stamp + monotonic elapsed)."""
+    """UTC stamps from the wall clock that only move forward within a run: max(wall clock, previous stamp +
+    monotonic elapsed), never more than MAX_LEAD_S ahead of the wall clock. `after`: the previous run's last
+    stamp, continued after unless it is ahead of the wall clock (then `ahead_s` says by how much and the wall
+    clock is trusted)."""
 
     def __init__(self, after: datetime | None = None, *, wall: Callable[[], float] = time.time,
                  mono: Callable[[], float] = time.monotonic) -> None:
         self.wall, self.mono = wall, mono
-        self.last = after.timestamp() if after else None
+        self.last: float | None = None
+        self.ahead_s = 0.0
+        self.reanchored = 0  # times the stamps gave up their lead and followed the wall clock again
+        if after is not None:
+            lead = after.timestamp() - wall()
+            if lead > RESUME_SLACK_S:
+                self.ahead_s = lead
+            else:
+                self.last = after.timestamp()
         self.last_mono = mono()
 
     def stamp(self) -> datetime:
         now_mono = self.mono()
-        t = self.wall()
+        wall = t = self.wall()
         if self.last is not None:
             t = max(t, self.last + max(now_mono - self.last_mono, 1e-6))
+            if t - wall > MAX_LEAD_S:
+                t = wall
+                self.reanchored += 1
+                event("clock_stepped_back", logging.WARNING, lead_s=round(self.last - wall),
+                      hint="the wall clock went back far; stamping by it again (earlier rows may overlap)")
         self.last, self.last_mono = t, now_mono
         return datetime.fromtimestamp(t, UTC)
+
+    @staticmethod
+    def refused(ts: datetime) -> bool:
+        """Whether readers would refuse a row stamped `ts` (before schema.TS_MIN: a clock reset to 1970)."""
+        return ts.timestamp() < _TS_MIN
 
 
 class Agent:
@@ -136,6 +169,12 @@ class Agent:
             except ValueError:
                 after = None
         self.stamper = Stamper(after, wall=wall, mono=mono)
+        self.clock_skipped = 0  # intervals not recorded: the wall clock was before schema.TS_MIN
+        if self.stamper.ahead_s:
+            event("status_ahead_of_clock", logging.WARNING, last_ts=prev and prev.get("last_ts"),
+                  ahead_s=round(self.stamper.ahead_s),
+                  status=str(Path(self.config.root) / status_name(self.config.host)),
+                  hint="a previous run's clock was ahead (or this clock is behind); stamping by this clock")
 
     # --- status file -----------------------------------------------------------------------------
     def _read_status(self) -> dict[str, Any] | None:
@@ -158,7 +197,8 @@ class Agent:
             "last_ts": datetime.fromtimestamp(last_ts, UTC).isoformat() if last_ts else None,
             "rows_written": self.flusher.rows_written, "dropped_rows": self.buffer.dropped,
             "buffered_rows": len(self.buffer), "flush_error": self.flusher.last_error,
-            "intervals": self.intervals, "overruns": self.overruns, **self.extra_status,
+            "intervals": self.intervals, "overruns": self.overruns, "clock_skipped": self.clock_skipped,
+            **self.extra_status,
         }
 
     def _write_status(self) -> None:
@@ -260,7 +300,14 @@ class Agent:
                 break
             now = self.mono()
             try:
-                rows, procs = self.sampler.sample(self.stamper.stamp()) if self.sampler.units else ([], [])
+                stamp = self.stamper.stamp()
+                refused = Stamper.refused(stamp)
+                if refused:  # rows readers would refuse: not written, said once
+                    if not self.clock_skipped:
+                        event("clock_invalid", logging.ERROR, now=stamp.isoformat(),
+                              hint=f"the wall clock is before {schema.TS_MIN}; set it (NTP): intervals are skipped")
+                    self.clock_skipped += 1
+                rows, procs = self.sampler.sample(stamp) if self.sampler.units and not refused else ([], [])
             except DriverGone as e:
                 event("driver_gone", logging.WARNING, error=str(e))
                 self.nvml.shutdown()

@@ -20,6 +20,7 @@ from gpuaudit.analysis.result import (
     Breakdowns,
     BreakEven,
     Confidence,
+    Consolidation,
     Costs,
     DataQuality,
     Decision,
@@ -39,7 +40,7 @@ from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve
 def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, trial: Trial,
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
-             confidence: Confidence, latency_sensitive: bool, data_residency: bool,
+             confidence: Confidence, consolidation: Consolidation, latency_sensitive: bool, data_residency: bool,
              egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
@@ -76,6 +77,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, t
         assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
                                 fleet_gpus),
         warnings=tuple(warnings),
+        consolidation=consolidation,
     )
 
 
@@ -83,10 +85,13 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Cos
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
-    ok = m.reporting > 1e-9
-    scale = float(np.mean(block.fleet.capacity / m.reporting[ok])) if ok.any() else 1.0
-    phantom = max(m.r - m.s, 0.0) * p.blended
-    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_effective_usd_per_gpu_hour"
+    fl = block.fleet
+    steady_rep = m.reporting - (m.elastic_reporting if fl.elastic > 0 and m.elastic_reporting is not None else 0.0)
+    ok = steady_rep > 1e-9
+    scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
+    # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
+    phantom = max(m.r - m.s, 0.0) * p.flexible
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
         cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
@@ -127,7 +132,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Cos
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
-        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud effective rate", phantom_src,
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud flexible price", phantom_src,
                            "What the held GPU time that did no work would cost in the cloud, over the trial."),
         phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
                                     f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,

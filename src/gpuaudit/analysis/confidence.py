@@ -15,14 +15,18 @@ import polars as pl
 
 from gpuaudit.analysis.decision import branch_for
 from gpuaudit.analysis.result import Confidence, DecisionInputs, Interval
+from gpuaudit.analysis.utilization import day_index
 
 METHOD = "block bootstrap over whole UTC days"
 
 
-def daily(gpu_hours: pl.DataFrame) -> pl.DataFrame:
-    """W, R, S seconds per UTC day."""
+def daily(gpu_hours: pl.DataFrame, start_s: float | None = None, days: float | None = None) -> pl.DataFrame:
+    """W, R, S seconds per trial day (utilization.day_index: counted as the trial's length is; UTC days when
+    no trial start is given)."""
+    day = (pl.col("hour_s") // 86400 if start_s is None or days is None
+           else day_index(pl.col("hour_s"), start_s, days))
     return (
-        gpu_hours.with_columns((pl.col("hour_s") // 86400).alias("day"))
+        gpu_hours.with_columns(day.alias("day"))
         .group_by("day")
         .agg(pl.col("observed_s", "held_s", "real_s").sum())
         .sort("day")
@@ -57,7 +61,7 @@ class CostSample:
 
 
 def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: int, level: float,
-              costs: CostSample | None = None) -> Confidence:
+              costs: CostSample | None = None, min_days: int = 0) -> Confidence:
     """Utilization intervals and the tree's flip share; with `costs`, also the interval of all-cloud − the
     cheapest owning scenario and how often each scenario is the cheapest."""
     w = days["observed_s"].to_numpy().astype(float)
@@ -70,10 +74,12 @@ def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: 
     if costs is not None:
         cheap_point = costs.cheapest
         diff_point = float(_cloud_minus_own(costs.point[None, :], costs.ids, costs.owning)[0])
-    if resamples == 0 or n == 0:
-        # No resamples, no interval: the bounds are unknown, not equal to the point.
+    few = 0 < n < min_days
+    if resamples == 0 or n == 0 or few:
+        # No resamples (or too few days to resample), no interval: the bounds are unknown, not equal to the point.
         return Confidence(METHOD, 0, seed, level, n, Interval(point_real, None, None),
-                          Interval(point_runtime, None, None), 0.0, {}, Interval(diff_point, None, None), {}, 0.0)
+                          Interval(point_runtime, None, None), 0.0, {}, Interval(diff_point, None, None), {}, 0.0,
+                          min_days=min_days, too_few_days=few)
     idx = resample_index(n, resamples, seed)
     ws = w[idx].sum(axis=1)
     ws[ws <= 0] = np.nan  # a resample of only empty days says nothing
@@ -100,7 +106,7 @@ def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: 
         runtime_utilization=_interval(point_runtime, runtime, level),
         flip_share=1.0 - counts.get(str(base), 0) / total,
         branches={b: c / total for b, c in sorted(counts.items())},
-        cost_difference_usd=diff, cheapest_shares=shares, cheapest_flip_share=cheap_flip,
+        cost_difference_usd=diff, cheapest_shares=shares, cheapest_flip_share=cheap_flip, min_days=min_days,
     )
 
 

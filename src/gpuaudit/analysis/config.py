@@ -39,6 +39,8 @@ class DecisionConfig:
     provisional_below_days: float = _num(0.0, 36500.0)
     reevaluate_after_months: int = _num(0, 1200)
     min_trial_hours: float = _num(0.0, 876000.0)
+    # a plan cheaper than staying by less than this share of staying's total is a tie: keep what you have
+    tie_fraction: float = _num(0.0, 0.5)
 
 
 GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)
@@ -98,10 +100,12 @@ class AnalysisConfig:
     fleet_gpus: int = _num(0, 10_000_000)
     bootstrap_resamples: int = _num(0, 1_000_000)
     bootstrap_seed: int = _num(0, None)
+    bootstrap_min_days: int = _num(2, 3650)
     confidence_level: float = _num(0.0, 1.0, above=True)
     sensitivity_fraction: float = _num(0.0, 0.99)
     growth_rates: tuple[float, ...] = _num(-0.99, 10.0)  # a fraction a year: 10 = 1000 %
     stopped_reporting_after_hours: float = _num(0.0, 1e6)
+    consolidation_target: float = _num(0.0, 1.0, above=True)  # SM-weighted utilization to pack work to
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,32 @@ def unit_of(key: str) -> str:
             return unit
     return ""
 
+
+# Where a price or multiplier can plausibly lie, and what its unit means. A value outside is refused (a percent
+# written as a multiplier, cents written as dollars flip the recommendation) unless the file lists the key in a
+# top-level `allow_implausible = [...]`. (low, high, what the number is).
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "cloud.list_usd_per_gpu_hour": (0.05, 50.0, "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance, $ per "
+                                    "GPU-hour on demand (an H100 lists at $2-12)"),
+    "cloud.spot_multiplier": (0.05, 1.0, "a fraction of the on-demand price: 0.45 = 45 % of it"),
+    "cloud.reserved_multiplier": (0.1, 1.0, "a fraction of the on-demand price: 0.62 = 38 % off"),
+    "cloud.capacity_block_multiplier": (0.1, 1.5, "a fraction of the on-demand price"),
+    "cloud.spot_interruptions_per_hour": (0.0, 5.0, "interruptions per GPU-hour"),
+    "cloud.spot_lost_hours_per_interruption": (0.0, 4.0, "hours of work redone per interruption"),
+    "cloud.egress_usd_per_gb": (0.0, 0.5, "$ per GB (clouds charge $0.02-0.12)"),
+    "cloud.managed_services_usd_per_month": (0.0, 1e7, "$ per month"),
+    "on_prem.hardware_usd_per_gpu": (1000.0, 500_000.0, "$ per GPU with its share of node and fabric"),
+    "on_prem.power_usd_per_kwh": (0.01, 1.0, "$ per kWh, not cents (0.12 = 12 ¢)"),
+    "on_prem.pue": (1.0, 3.0, "facility power ÷ IT power"),
+    "on_prem.maintenance_fraction_per_year": (0.0, 0.5, "a fraction of the hardware price per year: 0.02 = 2 %"),
+    "on_prem.staff_usd_per_month": (0.0, 1e7, "$ per month"),
+    "on_prem.staff_usd_per_node_per_month": (0.0, 50_000.0, "$ per node per month"),
+    "on_prem.space_usd_per_node_per_month": (0.0, 50_000.0, "$ per node per month"),
+    "on_prem.networking_usd_per_gpu": (0.0, 100_000.0, "$ per new GPU"),
+    "on_prem.fallback_watts_per_gpu": (10.0, 5000.0, "W per GPU (an H100 SXM board: 700 W)"),
+    "on_prem.amortization_years": (0.5, 15.0, "years"),
+    "analysis.discount_rate_per_year": (0.0, 0.5, "a fraction a year: 0.08 = 8 %"),
+}
 
 # Keys an older release read, with why they went: a clear error, not "unknown key".
 REMOVED = {
@@ -221,6 +251,13 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
         except GpuauditError as e:
             raise GpuauditError(f"config error: {e}") from None
         user = _parse(text, where)
+    allow = user.pop("allow_implausible", [])
+    if not isinstance(allow, list) or not all(isinstance(k, str) for k in allow):
+        raise GpuauditError(f"config error: allow_implausible must be a list of keys, got {_show(allow)}")
+    unknown = sorted(set(allow) - set(PLAUSIBLE))
+    if unknown:
+        raise GpuauditError(f"config error: allow_implausible names {', '.join(unknown)}, which has no plausible "
+                            f"range; keys with one: {', '.join(PLAUSIBLE)}")
     file_preset = user.pop("preset", None)
     if file_preset is not None and not isinstance(file_preset, str):
         raise GpuauditError(f"config error: preset must be a string, got {_show(file_preset)}")
@@ -254,7 +291,26 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
     built = {s: _build(SECTIONS[s], s, merged[s]) for s in SECTIONS}
     cfg = Config(**built, preset=name, sources=sources)
     check(cfg)
+    check_plausible(cfg, frozenset(allow))
     return cfg
+
+
+def check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
+    """Refuse a price or multiplier outside its plausible range (PLAUSIBLE), in one line with the key, the value
+    and the range, unless the file allows it."""
+    for key, (lo, hi, what) in PLAUSIBLE.items():
+        if key in allow:
+            continue
+        if key == "cloud.list_usd_per_gpu_hour":
+            value = cfg.cloud.instance_usd_per_hour / cfg.cloud.gpus_per_instance
+            shown = f"cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance = {value:g}"
+        else:
+            section, name = key.split(".")
+            value = float(getattr(getattr(cfg, section), name))
+            shown = f"{key} = {value:g}"
+        if not lo <= value <= hi:
+            raise GpuauditError(f"config error: {shown} is outside its plausible range {lo:g} to {hi:g} ({what}); "
+                                f"if it is right, add allow_implausible = [\"{key}\"] at the top of the file")
 
 
 def _show(value: Any) -> str:

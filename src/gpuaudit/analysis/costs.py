@@ -148,6 +148,24 @@ def reserved_capacity(billed: np.ndarray, share: float, unit: int) -> float:
     return float(min(max(k, 0.0), b[-1] if unit <= 1 else math.ceil(b[-1] / unit - 1e-9) * unit))
 
 
+def best_reservation(billed: np.ndarray, prices: CloudPrices) -> float:
+    """The reservation K (GPUs, billed every hour) that makes renting `billed` cheapest: K × reserved + the
+    flexible price × mean max(b − K, 0). One rule for every plan and billing granularity: a GPU-level k is
+    reserved when it is busy often enough that reserving it costs less than buying its hours flexibly
+    (share of time b ≥ k ≥ reserved ÷ flexible). The cost is convex and piecewise linear in K with knees at the
+    billed values (whole instances with instance billing), so the best K is 0 or one of them: all are priced
+    at once with sorted suffix sums; ties go to the smaller K."""
+    b = np.sort(np.maximum(np.asarray(billed, dtype=float), 0.0))
+    if b.size == 0 or prices.reserved >= prices.flexible or b[-1] <= 0:
+        return 0.0
+    knots = np.concatenate([[0.0], np.unique(b)])
+    suffix = np.concatenate([np.cumsum(b[::-1])[::-1], [0.0]])
+    i = np.searchsorted(b, knots, side="right")
+    above = (suffix[i] - knots * (b.size - i)) / b.size  # mean max(b − K, 0)
+    cost = knots * prices.reserved + above * prices.flexible
+    return float(knots[int(np.argmin(cost + 1e-9 * knots))])
+
+
 def cloud_fixed(cfg: Config, tl: Timeline) -> dict[str, float]:
     """Egress and managed services: paid whenever the cloud is used at all."""
     c = cfg.cloud
@@ -194,6 +212,39 @@ def power_watts(cfg: Config, measured_w: float | None) -> tuple[float, str]:
     return cfg.on_prem.fallback_watts_per_gpu, "configured"
 
 
+@dataclass(frozen=True)
+class PowerModel:
+    """Board power of an owned GPU by what it does: `idle_w` while no job holds it, `held_w` while one does (the
+    measured power-vs-load relation: a plan that keeps fewer GPUs keeps them busier, and draws more per GPU).
+    Flat (idle = held = the fleet average) when power is configured or the trial cannot separate the two."""
+
+    idle_w: float
+    held_w: float
+    average_w: float  # the fleet's measured (or configured) average: what the owned $/GPU-h figure uses
+
+    def watts(self, demand: np.ndarray, n: np.ndarray | float) -> np.ndarray:
+        """Average watts per GPU of owning `n` GPUs (one value per count) that serve min(d_t, n) held GPUs."""
+        counts = np.atleast_1d(np.asarray(n, dtype=float))
+        d = np.asarray(demand, dtype=float)
+        if self.held_w == self.idle_w or d.size == 0:
+            return np.full(counts.shape, self.average_w if self.held_w == self.idle_w else self.idle_w)
+        s = np.sort(d)
+        prefix = np.concatenate([[0.0], np.cumsum(s)])
+        i = np.searchsorted(s, counts, side="right")
+        served = (prefix[i] + counts * (s.size - i)) / s.size  # mean_t min(d_t, n)
+        share = np.where(counts > 0, np.minimum(served / np.maximum(counts, 1e-12), 1.0), 0.0)
+        return self.idle_w + (self.held_w - self.idle_w) * share
+
+
+def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None
+                ) -> tuple[PowerModel, str]:
+    """The power model a plan's GPUs are charged with, and where it came from ("measured" or "configured")."""
+    w, source = power_watts(cfg, measured_w)
+    if source == "measured" and idle_w is not None and held_w is not None:
+        return PowerModel(idle_w, held_w, w), source
+    return PowerModel(w, w, w), source
+
+
 def resale_value(cfg: Config, age_years: float) -> float:
     """Value of one GPU of age `age_years` as a share of today's price: straight line from 1 (new) to the
     salvage fraction at the end of the amortization life, flat after."""
@@ -216,7 +267,7 @@ def _capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, 
     return cost, -cost * (salvage + (1.0 - salvage) * left) * tl.end
 
 
-def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: float, existing: int = 0,
+def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.ndarray | float, existing: int = 0,
                existing_age_years: float = 0.0) -> dict[str, np.ndarray]:
     """Present value of owning `gpus` GPUs (an array: one total per count) over the horizon, `existing` of
     them owned already. Counts above `existing` are bought now; below, the surplus is sold now."""

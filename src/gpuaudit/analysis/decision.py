@@ -65,7 +65,8 @@ RULES: tuple[Rule, ...] = (
     Rule("data-residency", Branch.ON_PREM, (Cond(Fact.DATA_RESIDENCY, Op.EQ, True),),
          "Data residency forbids the cloud: on-prem, whatever the utilization."),
     Rule("low-utilization", Branch.CLOUD, (Cond(Fact.REAL_UTILIZATION, Op.LT, "cloud_below"),),
-         "Real utilization below the cloud threshold: move to the cloud, owned GPUs burn cash idle."),
+         "Real utilization below the cloud threshold: the cloud, where a GPU is paid for only while it is rented "
+         "(an owned one costs money idle)."),
     Rule("mid-utilization", Branch.HYBRID, (Cond(Fact.REAL_UTILIZATION, Op.LE, "on_prem_above"),),
          "Real utilization between the thresholds: hybrid, keep the steady base on-prem and burst to the "
          "cloud."),

@@ -164,21 +164,37 @@ def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.nd
     return cand
 
 
-def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float, watts: float,
-         existing: int, existing_age_years: float) -> Sizing:
+def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float,
+         power: costs.PowerModel | float, existing: int, existing_age_years: float) -> Sizing:
     """N* over the demand series (GPUs per bucket, already scaled to the fleet and the horizon's growth).
     `all_cloud_usd` is the total at N = 0."""
     d = np.asarray(demand, dtype=float)
+    pm = power if isinstance(power, costs.PowerModel) else costs.PowerModel(power, power, power)
     peak = float(d.max()) if d.size else 0.0
     prices = costs.cloud_prices(cfg)
     fixed_cloud = sum(costs.cloud_fixed(cfg, tl).values())
 
+    month = costs.HOURS_PER_MONTH * tl.annuity
+    level = costs.best_reservation(d, prices) if prices.unit <= 1 else 0.0  # L*: reserve up to it, owned or not
+
+    def reserve(n: np.ndarray) -> np.ndarray:
+        """The bursts' reservation above N owned GPUs: what is cheaper reserved (costs.best_reservation). With
+        per-GPU billing it is max(L* − N, 0), L* the best reservation of the whole demand (the cost is convex in
+        N + K); whole instances are solved per N."""
+        if prices.unit <= 1:
+            return np.maximum(level - n, 0.0)
+        return np.array([costs.best_reservation(costs.billable(d - x, prices.unit), prices) for x in n])
+
     def price(n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean GPUs rented above N, owned cost, cloud cost) for each count N."""
         over = overflow_mean(d, n, prices.unit)
-        owned = costs.owned_total(costs.owned_cost(cfg, tl, n, watts, existing, existing_age_years))
-        flex = over * costs.HOURS_PER_MONTH * prices.flexible * tl.annuity + np.where(over > 1e-12, fixed_cloud, 0.0)
-        return over, owned, np.where(n > 0, flex, 0.0)  # same formula as costs.cloud_bill(cfg, tl, 0, over)
+        k = reserve(n)
+        above = overflow_mean(d, n + k, prices.unit) if prices.unit <= 1 else np.array(
+            [float(np.maximum(costs.billable(d - x, prices.unit) - kk, 0.0).mean()) for x, kk in zip(n, k,
+                                                                                                      strict=True)])
+        owned = costs.owned_total(costs.owned_cost(cfg, tl, n, pm.watts(d, n), existing, existing_age_years))
+        rent = (k * prices.reserved + above * prices.flexible) * month + np.where(over > 1e-12, fixed_cloud, 0.0)
+        return over, owned, np.where(n > 0, rent, 0.0)  # the formula of costs.cloud_bill(cfg, tl, K, above)
 
     def total_of(n: np.ndarray) -> np.ndarray:
         _, owned, cloud = price(n)
@@ -196,6 +212,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     # Both sides in the same unit: the cloud's list $/GPU-h and the owned cost levelized to a constant $/h whose
     # present value over the horizon equals the owned cost's (PV ÷ PV of one hour a month).
     cloud_rate = prices.flexible
+    watts = pm.average_w  # the cross-checks price one more GPU at the fleet's average power
     own_new = costs.owned_marginal_per_hour(cfg, tl, watts)
     own_keep = costs.owned_marginal_per_hour(cfg, tl, watts, keep=True, existing_age_years=existing_age_years)
     fractile = critical_fractile_n(d, cloud_rate, own_new, keep_rate=own_keep, existing=existing)

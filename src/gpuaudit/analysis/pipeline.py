@@ -16,20 +16,18 @@ from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.assemble import assemble
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, bounds, load_config
+from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.recommend import Evidence, recommend
 from gpuaudit.analysis.result import (
     AnalysisResult,
-    Confidence,
-    DataQuality,
-    Decision,
+    Consolidation,
     DecisionInputs,
     Deployment,
     GrowthColumns,
     Sensitivity,
     Table,
     TornadoColumns,
-    Trial,
 )
 from gpuaudit.analysis.scenarios import (
     OWNING,
@@ -37,6 +35,7 @@ from gpuaudit.analysis.scenarios import (
     Measured,
     cost_block,
     cost_draws,
+    fleet_series,
     growth_table,
     tornado,
     with_egress,
@@ -106,20 +105,60 @@ def analyze_rollups(
     use = ut.utilization(roll, t)
     demand, bucket_s = ut.demand_series(roll)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
-    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound)
-    measured = _measured(t, tr, demand, bucket_s, current, data_residency)
+    # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
+    el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
+    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
+
+    idle_w, held_w = ut.power_by_load(roll)
+    measured = Measured(
+        w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
+        held=demand["gpus_held"].to_numpy().astype(float),
+        reporting=demand["gpus_reporting"].to_numpy().astype(float),
+        day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / HOUR_S,
+        measured_w=t.average_power_w, current=current, data_residency=data_residency,
+        latency_sensitive=latency_sensitive, idle_w=idle_w, held_w=held_w,
+        elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
+        elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
+        elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
+    )
     block = cost_block(cfg, measured)
+
     inputs = DecisionInputs(
         real_utilization=t.real_utilization, latency_sensitive=latency_sensitive, data_residency=data_residency,
         egress_gb_per_week=cfg.cloud.egress_gb_per_week, current=current,
         cloud_below=cfg.decision.cloud_below, on_prem_above=cfg.decision.on_prem_above,
     )
-    conf, sens = _uncertainty(cfg, roll, measured, block, inputs, use.real_is_upper_bound)
-    decision = _decide(cfg, inputs, t, tr, block, conf, sens, dq, use.real_is_upper_bound)
+    rule, fired = evaluate(inputs)
+    low = t.s_lower / t.w
+    possible = branches_between(low, t.real_utilization, inputs)
+
+    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
+    a = cfg.analysis
+    # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
+    draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
+    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed)
+    conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
+                                         sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
+    tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
+    sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
+                       growth=growth_table(cfg, measured, a.growth_rates))
+    evidence = Evidence(
+        confidence=conf, coverage=float(dq.coverage.value or 0.0),
+        sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in tornado_table.rows
+                                if r[TornadoColumns.CHANGES_CHEAPEST]),
+        sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
+        upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
+        growth_flip=_growth_flip(sens.growth, block.cheapest),
+        tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
+    )
+    decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
+                         block.fleet.existing)
+    lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
     return assemble(cfg, root=root, now=now, t=t, trial=tr, utilization=use, breakdowns=bd, data_quality=dq,
                     decision=decision, block=block, measured=measured, bucket_s=bucket_s, sensitivity=sens,
-                    confidence=conf, latency_sensitive=latency_sensitive, data_residency=data_residency,
-                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus)
+                    confidence=conf, consolidation=lever, latency_sensitive=latency_sensitive,
+                    data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
+                    fleet_gpus=fleet_gpus)
 
 
 def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int | None,
@@ -139,48 +178,18 @@ def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int 
     return with_egress(cfg, egress_gb_per_week), _current(current)
 
 
-def _measured(t: ut.Totals, tr: Trial, demand: Any, bucket_s: float, current: Deployment,
-              data_residency: bool) -> Measured:
-    """What the trial measured, as the cost model takes it."""
-    return Measured(
-        w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
-        held=demand["gpus_held"].to_numpy().astype(float),
-        reporting=demand["gpus_reporting"].to_numpy().astype(float),
-        day=(demand["bucket_s"].to_numpy() // 86400).astype(np.int64), dt_hours=bucket_s / HOUR_S,
-        measured_w=t.average_power_w, current=current, data_residency=data_residency,
-    )
-
-
-def _uncertainty(cfg: Config, roll: Rollups, measured: Measured, block: CostBlock, inputs: DecisionInputs,
-                 upper: bool) -> tuple[Confidence, Sensitivity]:
-    """Day-resampled confidence (bootstrap) and the one-input-at-a-time sensitivity (tornado, growth)."""
-    days = daily(roll.gpu_hours)
-    a = cfg.analysis
-    sample = _cost_sample(cfg, measured, block, days, a.bootstrap_resamples, a.bootstrap_seed)
-    conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
-                                         sample), real_is_upper_bound=upper)
-    sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado(cfg, measured, a.sensitivity_fraction,
-                                                                        base=block),
-                       growth=growth_table(cfg, measured, a.growth_rates))
-    return conf, sens
-
-
-def _decide(cfg: Config, inputs: DecisionInputs, t: ut.Totals, tr: Trial, block: CostBlock, conf: Confidence,
-            sens: Sensitivity, dq: DataQuality, upper: bool) -> Decision:
-    """The decision tree's rule, checked against the cost model and the evidence (recommend)."""
-    rule, fired = evaluate(inputs)
-    low = t.s_lower / t.w
-    possible = branches_between(low, t.real_utilization, inputs)
-    a = cfg.analysis
-    evidence = Evidence(
-        confidence=conf, coverage=float(dq.coverage.value or 0.0),
-        sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in sens.tornado.rows
-                                if r[TornadoColumns.CHANGES_CHEAPEST]),
-        sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
-        upper_bound=upper, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
-        growth_flip=_growth_flip(sens.growth, block.cheapest),
-    )
-    return recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence)
+def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,
+                   bd: Any) -> Consolidation:
+    """The consolidation lever on the fleet-scaled SM-weighted demand (scaled bucket by bucket as held demand is;
+    the elastic GPUs' share of it in proportion to their share of the held GPUs)."""
+    in_use = demand["gpus_in_use"].to_numpy().astype(float)
+    elastic = None
+    if m.elastic_held is not None:
+        elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
+    scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
+    rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
+    return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
+                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user)
 
 
 def _check_finite(t: ut.Totals) -> None:
@@ -192,14 +201,28 @@ def _check_finite(t: ut.Totals) -> None:
 
 
 def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int) -> CostSample:
-    ids = [s.id for s in block.scenarios if not s.what_if]
+    ids = [s.id for s in block.scenarios if not s.what_if or s.id == "all-cloud"]
     by_id = {s.id: s for s in block.scenarios}
     day_ids = days["day"].to_numpy().astype(np.int64)
     idx = resample_index(len(day_ids), resamples, seed) if resamples and len(day_ids) else np.zeros((0, 0), int)
     draws = cost_draws(cfg, m, block, idx, day_ids).totals if idx.size else np.zeros((0, len(ids)))
     owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
     return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
-                      np.array([by_id[i].allowed for i in ids]), owning, block.cheapest)
+                      np.array([by_id[i].allowed and not by_id[i].what_if for i in ids]), owning, block.cheapest)
+
+
+def _spread(sample: CostSample, level: float) -> float:
+    """Half the width of the day-resample interval of staying as is − the cheapest scenario (0 without
+    resamples): how far the model's own answer moves with the days observed."""
+    if not sample.draws.size or "stay-as-is" not in sample.ids or sample.cheapest not in sample.ids:
+        return 0.0
+    d = sample.draws[:, sample.ids.index("stay-as-is")] - sample.draws[:, sample.ids.index(sample.cheapest)]
+    d = d[np.isfinite(d)]
+    if not d.size:
+        return 0.0
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(d, [tail, 100 - tail])
+    return float(hi - lo) / 2
 
 
 def _growth_flip(growth: Table, cheapest: str) -> tuple[float, str] | None:
@@ -219,5 +242,3 @@ def _model_caveats(cfg: Config) -> tuple[str, ...]:
         return ()
     return (f"the {months}-month horizon outlasts the hardware's {life:g}-year amortization life: GPUs run on past "
             "it and no refresh is priced (match the horizon to your refresh plan, or lengthen the life)",)
-
-

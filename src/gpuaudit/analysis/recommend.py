@@ -75,10 +75,43 @@ class Evidence:
     horizon_months: int
     model_caveats: Sequence[str] = ()  # what the cost model leaves out for these settings
     growth_flip: tuple[float, str] | None = None  # lowest demand growth/year at which another plan is cheapest
+    tie_fraction: float = 0.0  # decision.tie_fraction
+    spread_usd: float = 0.0  # half the width of the day-resample interval of staying − the cheapest (0: none)
+
+
+def _gpus(n: float) -> str:
+    n = round(n, 1)
+    text = f"{n:,.0f}" if float(n).is_integer() else f"{n:,.1f}"
+    return f"{text} GPU" + ("" if n == 1 else "s")
+
+
+def action(s: CostScenario, owned_today: int, months: int) -> str:
+    """The plan in counts, as a CFO would say it: what to sell, keep or buy, and what to reserve or rent."""
+    n, e = s.owned_gpus, owned_today
+    parts = []
+    if e > 0 and n < e:
+        parts.append(f"sell {e - n:,} of your {e:,} GPUs" if n > 0 else f"sell all {e:,} of your GPUs")
+    elif e > 0 and n > e:
+        parts.append(f"keep your {e:,} GPUs and buy {n - e:,} more")
+    elif n > e:
+        parts.append(f"buy {_gpus(n)}")
+    elif n > 0:
+        parts.append(f"keep your {e:,} GPUs")
+    hours = s.cloud_gpu_hours / (730.0 * months) if months else 0.0  # GPUs rented on average
+    if hours > 1e-9:
+        rest = "the rest" if n > 0 else "what jobs hold"
+        if s.reserved_gpus > 1e-9:
+            parts.append(f"reserve {_gpus(s.reserved_gpus)} around the clock and rent {rest} flexibly (on average "
+                         f"{_gpus(hours)} rented)")
+        else:
+            parts.append(f"rent {rest} flexibly (on average {_gpus(hours)})")
+    elif n > 0 and not parts:
+        parts.append(f"own {_gpus(n)}")
+    return ", ".join(parts)
 
 
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[CostScenario],
-              cheapest: str, possible: Sequence[Branch], ev: Evidence) -> Decision:
+              cheapest: str, possible: Sequence[Branch], ev: Evidence, owned_today: int = 0) -> Decision:
     by_id = {s.id: s for s in scenarios}
     best = by_id[cheapest]
     current = inputs.current
@@ -89,6 +122,14 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
 
     stay = by_id.get("stay-as-is")
     saving = float((stay.total.value or 0.0) - (best.total.value or 0.0)) if stay else 0.0
+    # A difference inside the model's own uncertainty is a tie: keep what you have.
+    tie_usd = max(1.0, ev.tie_fraction * abs(stay.total.value or 0.0), ev.spread_usd) if stay else 0.0
+    tie_keep = (stay is not None and stay.allowed and best.id != "stay-as-is" and saving <= tie_usd
+                and not residency)
+    if tie_keep and stay is not None:
+        runner_up = best
+        best = stay
+        cost_branch = scenario_branch(best, current)
     tree_pool = [s for s in scenarios if s.allowed and not s.what_if and _carries(s, current) in tree]
     tree_best = min(tree_pool, key=lambda s: s.total.value or 0.0) if tree_pool else best
     versus_tree = float((tree_best.total.value or 0.0) - (best.total.value or 0.0))
@@ -107,15 +148,29 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
 
-    headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months, residency,
-                         agrees, tie and cost_branch != fired.branch.value)
+    if tie_keep:
+        headline = (f"{_utilization_text(inputs, ev)[0].upper()}{_utilization_text(inputs, ev)[1:]}: keep what you "
+                    f"have; the alternatives are within {_usd(tie_usd)} over {months} months (the cheapest, "
+                    f"{runner_up.label.lower()}, saves {_usd(saving)}: inside the cost model's uncertainty).")
+    else:
+        headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months,
+                             residency, agrees, tie and cost_branch != fired.branch.value)
     level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired)
     return Decision(
         branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=trial.provisional,
         reevaluate_on=trial.reevaluate_on, cheapest_scenario=cheapest, agrees_with_costs=agrees, headline=headline,
         possible_branches=tuple(tree), determined=determined, cost_branch=cost_branch,
         recommendation=recommendation, saving_usd=saving, versus_tree_usd=versus_tree, confidence=level,
+        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd, action=action(best, owned_today, months),
     )
+
+
+def _advice(fired: RuleFired, current: Deployment) -> str:
+    """What the rule says, for where the fleet runs today: a cloud fleet is never told to move to the cloud."""
+    text = ADVICE.get(fired.id, fired.branch.value)
+    if current is Deployment.CLOUD and fired.id == "low-utilization":
+        return "stay in the cloud"
+    return text
 
 
 def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
@@ -147,12 +202,12 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
                 f"({tree_best.owned_gpus:,} GPUs)" if tree_best.owned_gpus and tree_best.cloud_gpu_hours <= 1e-9
                 else f"the rule's best plan ({tree_best.label.lower()}) comes out as "
                      f"{_BRANCH_WORDS[scenario_branch(tree_best, inputs.current)]}")
-        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {ADVICE.get(fired.id, fired.branch.value)}; "
+        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}; "
                 f"at your prices {plan}: the same as {best.label.lower()}, {_usd(best.total.value or 0.0)} over "
                 f"{months} months.")
     if agrees:
-        return f"{util[0].upper()}{util[1:]}: {ADVICE.get(fired.id, fired.branch.value)}; {costs}."
-    return (f"The utilization rule says {ADVICE.get(fired.id, fired.branch.value)} ({util}), but {at_prices} is "
+        return f"{util[0].upper()}{util[1:]}: {_advice(fired, inputs.current)}; {costs}."
+    return (f"The utilization rule says {_advice(fired, inputs.current)} ({util}), but {at_prices} is "
             f"{_usd(versus_tree)} cheaper over {months} months than {tree_best.label.lower()}: your prices point to "
             f"{_BRANCH_WORDS[scenario_branch(best, inputs.current)]}.")
 
@@ -168,7 +223,11 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
         reasons.append(why)
 
     c = ev.confidence
-    if not c.resamples:
+    if c.too_few_days:
+        cap(0, f"the trial has {c.days} day(s) of data, fewer than the {c.min_days} a day-block bootstrap needs "
+               "(analysis.bootstrap_min_days: a week, so that the weekly cycle is in every resample): no interval "
+               "is claimed")
+    elif not c.resamples:
         cap(1, "no day-resamples were drawn (analysis.bootstrap_resamples = 0): how much the answer moves with "
                "the days observed was not measured")
     if not residency:

@@ -242,6 +242,13 @@ class TornadoColumns(ColumnNames):
     BASE_DIFF_USD: ClassVar[str] = "base_diff_usd"
     LOW_DIFF_USD: ClassVar[str] = "low_diff_usd"
     HIGH_DIFF_USD: ClassVar[str] = "high_diff_usd"
+    PLAN: ClassVar[str] = "plan"  # the recommended plan, and its cost and margin over the runner-up (issue 17)
+    BASE_PLAN_USD: ClassVar[str] = "base_plan_usd"
+    LOW_PLAN_USD: ClassVar[str] = "low_plan_usd"
+    HIGH_PLAN_USD: ClassVar[str] = "high_plan_usd"
+    BASE_MARGIN_USD: ClassVar[str] = "base_margin_usd"
+    LOW_MARGIN_USD: ClassVar[str] = "low_margin_usd"
+    HIGH_MARGIN_USD: ClassVar[str] = "high_margin_usd"
     SWING_USD: ClassVar[str] = "swing_usd"
     CHEAPEST_LOW: ClassVar[str] = "cheapest_low"
     CHEAPEST_HIGH: ClassVar[str] = "cheapest_high"
@@ -440,6 +447,14 @@ class Decision:
     saving_usd: float
     versus_tree_usd: float
     confidence: ConfidenceLevel
+    # The plan the headline recommends: the cheapest allowed scenario, or stay-as-is when the cheapest beats it
+    # by no more than `tie_usd` (the model's uncertainty: decision.tie_fraction × staying's total, or the
+    # day-resample spread of the difference, whichever is larger): a tie keeps what you have.
+    recommended_scenario: str = ""
+    tie: bool = False
+    tie_usd: float = 0.0
+    # the recommended plan said in counts: "sell 17 of your 64 GPUs, rent the rest flexibly"
+    action: str = ""
 
 
 @dataclass(frozen=True)
@@ -463,6 +478,17 @@ class CostScenario:
     monthly_usd: float
     what_if: bool = False  # an "if behaviour changes" plan: shown, never counted as cheapest
     allowed: bool = True  # False when data residency forbids it (it rents)
+    # Board power per owned GPU its power cost is priced at: the measured power-vs-load relation at the load the
+    # GPUs it keeps carry (None when it owns nothing)
+    power_w_per_gpu: float | None = None
+    # Cash, not present value: what leaves (or comes back: GPUs sold now, resale) each month of the horizon,
+    # month 0 first (capital paid up front in month 0, instalments over the hardware's life when spread, resale
+    # in the last month); capex_usd: the new hardware and network bought; payback_months: for a plan that buys, when its
+    # cumulative cash (resale left out) falls to all cloud's (simple payback; None: not within the horizon)
+    reserved_gpus: float = 0.0  # GPUs it reserves around the clock (what is cheaper reserved)
+    cash_usd_by_month: tuple[float, ...] = ()
+    capex_usd: float = 0.0
+    payback_months: float | None = None
 
 
 @dataclass(frozen=True)
@@ -618,6 +644,9 @@ class Confidence:
     cheapest_shares: dict[str, float]  # share of resamples in which each scenario is the cheapest allowed
     cheapest_flip_share: float  # share of resamples in which another scenario is the cheapest
     real_is_upper_bound: bool = False  # real_utilization's interval is of an upper bound (duty cycle stood in)
+    # analysis.bootstrap_min_days; too_few_days: the trial has fewer days, so no interval is claimed (resamples 0)
+    min_days: int = 0
+    too_few_days: bool = False
 
 
 @dataclass(frozen=True)
@@ -628,6 +657,29 @@ class Assumption:
     value: Any
     unit: str
     source: str
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """The biggest lever besides buy vs rent, never counted as "cheapest" (it changes how GPUs are held).
+
+    fits_on_gpus: ceil(peak SM-weighted demand ÷ target_utilization): the GPUs the measured work fits on with
+      1 − target headroom. peak_in_use_gpus: that peak (fleet-scaled GPUs in use). plan / plan_usd: owning that
+      many (on-prem) or renting the work at the target (cloud), present value over the horizon.
+      recommended_usd: the recommended plan's total; saving_usd = recommended_usd − plan_usd.
+    how: what gets there (ending idle allocations, MIG or time-slicing, autoscaling or packing);
+      top_idle_holders: the users holding the most idle-held GPU-hours.
+    """
+
+    fits_on_gpus: int
+    peak_in_use_gpus: float
+    target_utilization: float
+    plan: str
+    plan_usd: float
+    recommended_usd: float
+    saving_usd: float
+    how: tuple[str, ...]
+    top_idle_holders: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -650,6 +702,7 @@ class AnalysisResult:
     confidence: Confidence
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
+    consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self, rich=True)  # plain JSON-able values, stable keys

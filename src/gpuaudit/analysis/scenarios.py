@@ -19,7 +19,7 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config, bounds
-from gpuaudit.analysis.hybrid import Sizing, overflow_mean, size
+from gpuaudit.analysis.hybrid import Sizing, size
 from gpuaudit.analysis.result import (
     BreakEvenCurveColumns,
     CostScenario,
@@ -79,6 +79,15 @@ class Measured:
     measured_w: float | None
     current: Deployment
     data_residency: bool = False
+    latency_sensitive: bool = False  # latency-sensitive work does not burst: no plan may rent it
+    idle_w: float | None = None  # measured power of a GPU no job holds / a held one (utilization.power_by_load)
+    held_w: float | None = None
+    # GPUs that report only while held (elastic): their part of `held` and `reporting` per bucket, how many
+    # there were and their Σ gpu_fraction (zero when none)
+    elastic_held: np.ndarray | None = None
+    elastic_reporting: np.ndarray | None = None
+    elastic_gpus: int = 0
+    elastic_equivalents: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,15 +96,34 @@ class Fleet:
     gpus: int  # physical GPUs of the whole fleet
     existing: int  # GPUs owned today
     age_years: float  # their age
+    elastic: float = 0.0  # of `capacity`, the elastic GPUs: their demand counts as measured, never scaled
+
+    @property
+    def steady(self) -> float:
+        """The GPU equivalents whose measured demand is scaled up for the time they did not report."""
+        return max(self.capacity - self.elastic, 0.0)
+
+
+def _elastic_capacity(m: Measured) -> float:
+    """Elastic GPUs in the fleet (only a rented fleet has them: the pipeline passes none on-prem): an instance
+    exists only while it runs, so the fleet holds their peak of concurrent GPUs; a new UUID per launch must not
+    multiply it."""
+    if not m.elastic_equivalents or m.elastic_reporting is None or not m.elastic_reporting.size:
+        return 0.0
+    return float(m.elastic_reporting.max())
 
 
 def fleet(cfg: Config, m: Measured) -> Fleet:
     configured = cfg.analysis.fleet_gpus
-    gpus = configured or max(1, m.gpus_seen)
-    capacity = float(configured) if configured else max(m.gpu_equivalents, 1e-9)
+    elastic = _elastic_capacity(m)
+    steady_seen = max(m.gpu_equivalents - m.elastic_equivalents, 0.0)
+    seen = steady_seen + elastic
+    physical = m.gpus_seen - m.elastic_gpus + math.ceil(elastic - 1e-6) if m.elastic_gpus else m.gpus_seen
+    gpus = configured or max(1, physical)
+    capacity = float(configured) if configured else max(seen, 1e-9)
     owned = cfg.on_prem.owned_gpus
     existing = owned if owned >= 0 else (gpus if m.current is Deployment.ON_PREM else 0)
-    return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years)
+    return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years, min(elastic, capacity))
 
 
 def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
@@ -105,15 +133,33 @@ def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.n
     return np.asarray(series, dtype=float)[ok] * (capacity / reporting[ok])
 
 
+def fleet_series(m: Measured, fl: Fleet, series: np.ndarray, elastic_part: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(the series scaled to the fleet, which buckets are kept). The steady GPUs' part is scaled × their
+    capacity ÷ the steady GPUs reporting (buckets where none reported are unknown: dropped); the elastic
+    GPUs' part counts as measured: a GPU that reports only while held did not exist while it was absent."""
+    x = np.asarray(series, dtype=float)
+    if fl.elastic <= 0 or elastic_part is None or m.elastic_reporting is None:
+        ok = m.reporting > 1e-9
+        return to_fleet(x, m.reporting, fl.capacity), ok
+    steady_rep = np.maximum(m.reporting - m.elastic_reporting, 0.0)
+    steady = np.maximum(x - elastic_part, 0.0)
+    if fl.steady <= 1e-9:  # every GPU elastic: nothing to scale, no bucket unknown
+        return np.asarray(elastic_part, dtype=float).copy(), np.ones(x.shape, dtype=bool)
+    ok = steady_rep > 1e-9
+    return steady[ok] * (fl.steady / steady_rep[ok]) + elastic_part[ok], ok
+
+
 @dataclass(frozen=True)
 class Plan:
     """The choices the scenarios made, fixed while the bootstrap resamples demand."""
 
     reserved_gpus: float  # all-cloud reservation
-    stay_reserved_gpus: float  # stay-as-is in the cloud: its reservation
+    stay_reserved_gpus: float  # stay-as-is: the reservation of what it rents (in the cloud, or above the owned)
     n_on_prem: int
     n_hybrid: int
     existing: int
+    hybrid_reserved_gpus: float = 0.0  # the hybrid's reservation for its bursts
 
 
 @dataclass(frozen=True)
@@ -144,6 +190,7 @@ class CostBlock:
     held: np.ndarray  # fleet-scaled held series (with growth)
     day: np.ndarray  # day of each kept bucket
     pack_factor: float
+    power: costs.PowerModel | None = None  # watts per owned GPU by load (None: flat `watts`)
 
 
 def _gpus(n: int) -> str:
@@ -177,16 +224,14 @@ def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, ow
 
 def _cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
               ) -> tuple[dict[str, float], float, float]:
-    """(bill, reservation K, mean GPUs billed) for renting `series` with the configured mix. With whole-instance
-    billing the reservation covering the configured share may overshoot it by most of an instance (one 8-GPU
-    instance reserved 24/7 for a job that runs a fifth of the time): one instance fewer is taken when cheaper."""
+    """(bill, reservation K, mean GPUs billed) for renting `series` (GPUs per bucket, billed whole instances
+    with instance billing): the reservation is what is cheaper reserved (costs.best_reservation), the rest is
+    bought flexibly. The same rule for every plan that rents: all cloud, staying in the cloud, a hybrid's
+    bursts, the demand above the GPUs owned today."""
     billed = costs.billable(series, prices.unit)
-    k = costs.reserved_capacity(billed, cfg.cloud.reserved_share, prices.unit)
-    options = [k, k - prices.unit] if prices.unit > 1 and k >= prices.unit else [k]
-    bills = [costs.cloud_bill(cfg, tl, kk, float(np.maximum(billed - kk, 0.0).mean()) if billed.size else 0.0)
-             for kk in options]
-    i = min(range(len(options)), key=lambda j: bills[j]["cloud_reserved"] + bills[j]["cloud_flexible"])
-    return bills[i], options[i], float(billed.mean()) if billed.size else 0.0
+    k = costs.best_reservation(billed, prices)
+    bill = costs.cloud_bill(cfg, tl, k, float(np.maximum(billed - k, 0.0).mean()) if billed.size else 0.0)
+    return bill, k, float(billed.mean()) if billed.size else 0.0
 
 
 def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool = True) -> CostBlock:
@@ -194,33 +239,33 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     fl = fleet(cfg, m)
     f = tl.mean_growth(growth) if growth else 1.0
     prices = costs.cloud_prices(cfg)
-    watts, power_source = costs.power_watts(cfg, m.measured_w)
-    ok = m.reporting > 1e-9
-    held = to_fleet(m.held, m.reporting, fl.capacity) * f
+    power, power_source = costs.power_model(cfg, m.measured_w, m.idle_w, m.held_w)
+    watts = power.average_w
+    held, ok = fleet_series(m, fl, m.held, m.elastic_held)
+    held = held * f
     # Every plan, owning or renting, serves `held`: the demand the cloud bills.
     day = m.day[ok]
 
-    def own(n: float) -> dict[str, float]:
-        return _first(costs.owned_cost(cfg, tl, float(n), watts, fl.existing, fl.age_years))
-
-    def flex_bill(mean_gpus: float) -> dict[str, float]:
-        return costs.cloud_bill(cfg, tl, 0.0, mean_gpus)
+    def own(n: float, series: np.ndarray | None = None) -> dict[str, float]:
+        """Owning n GPUs that serve `series` (held demand by default): each plan's power is what the GPUs it
+        keeps draw at the load they carry."""
+        w = power.watts(held if series is None else series, float(n))
+        return _first(costs.owned_cost(cfg, tl, float(n), w, fl.existing, fl.age_years))
 
     out: list[CostScenario] = []
     # stay as is
     if m.current is Deployment.ON_PREM:
-        over = float(overflow_mean(held, np.array([float(fl.existing)]), prices.unit)[0])
+        bill, stay_k, over = _cloud_of(cfg, tl, held - fl.existing, prices)
         out.append(_scenario(
             "stay-as-is", "Stay as is (on-prem)",
             f"Keep the {fl.existing} GPUs owned today (their purchase is sunk: only running costs and the value "
             "they lose count); rent demand above them.",
-            over, fl.existing, {**own(fl.existing), **flex_bill(over)},
-            "owned cost(GPUs owned today) + flexible cloud cost(demand above them)", tl))
-        stay_k = 0.0
+            over, fl.existing, {**own(fl.existing), **bill},
+            "owned cost(GPUs owned today) + cloud cost(demand above them)", tl))
     else:
         # The instances that ran, scaled to the fleet like the demand they carry: a GPU that did not report is
         # taken to run like those that did (so held demand never exceeds what is rented).
-        running = to_fleet(m.reporting, m.reporting, fl.capacity) * f
+        running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0] * f
         bill, stay_k, mean_billed = _cloud_of(cfg, tl, running, prices)
         kept = f"; keep the {fl.existing} GPUs owned today as they are" if fl.existing else ""
         out.append(_scenario(
@@ -232,21 +277,34 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     bill, k_all, mean_billed = _cloud_of(cfg, tl, held, prices)
     all_cloud = {**own(0), **bill}
     sold = f"; sell the {fl.existing} owned GPUs now" if fl.existing else ""
-    out.append(_scenario("all-cloud", "All cloud",
-                         f"Rent the GPU-hours jobs hold (reserving {k_all:,.1f} GPUs 24/7, the rest flexibly){sold}.",
-                         mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
+    # One rule for "behaviour change": a plan that needs the team to hold GPUs differently from today is shown,
+    # never counted as cheapest. A cloud fleet renting only the held hours must release the instances it keeps
+    # running idle: that is a change of behaviour (autoscaling), not a move to the cloud it is already in.
+    releases = (m.current is Deployment.CLOUD and out
+                and mean_billed < out[0].cloud_gpu_hours / (costs.HOURS_PER_MONTH * tl.months) * (1 - 1e-6))
+    reserving = f"reserving {k_all:,.1f} GPUs 24/7, the rest flexibly" if k_all > 0 else "flexibly"
+    if releases:
+        out.append(_scenario("all-cloud", "All cloud, releasing idle instances",
+                             f"Rent only the GPU-hours jobs hold ({reserving}): release instances no job holds "
+                             f"(autoscaling){sold}. A change of behaviour: never counted as cheapest.",
+                             mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl,
+                             what_if=True))
+    else:
+        out.append(_scenario("all-cloud", "All cloud", f"Rent the GPU-hours jobs hold ({reserving}){sold}.",
+                             mean_billed, 0, all_cloud, "cloud cost(held demand) (owned GPUs sold today)", tl))
     # all on-prem
     n_peak = max(1, math.ceil(float(held.max()) - 1e-9)) if held.size else 1
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
                          own(n_peak), "owned cost(ceil(peak demand))", tl))
     # hybrid
-    sizing = size(cfg, tl, held, _sum(all_cloud), watts, fl.existing, fl.age_years)
+    sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years)
     n_h = max(1, sizing.n_owning)
-    over_h = float(overflow_mean(held, np.array([float(n_h)]), prices.unit)[0])
+    bill_h, k_h, over_h = _cloud_of(cfg, tl, held - n_h, prices)
     note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
+    how = f"reserving {k_h:,.1f} GPUs 24/7, the rest flexibly" if k_h > 0 else "flexibly"
     out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base, rent demand above them "
-                         f"flexibly{note}.", over_h, n_h, {**own(n_h), **flex_bill(over_h)},
-                         "owned cost(N) + flexible cloud cost(Σ max(demand − N, 0)), N = best N ≥ 1", tl))
+                         f"{how}{note}.", over_h, n_h, {**own(n_h), **bill_h},
+                         "owned cost(N) + cloud cost(max(demand − N, 0)), N = best N ≥ 1", tl))
     # if behaviour changes
     pack = min(m.s / cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
     if what_if:
@@ -259,22 +317,93 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              "cloud cost(held demand × min(S / efficiency, R) / R)", tl, what_if=True))
         n_pp = max(1, math.ceil(float(held_p.max()) - 1e-9)) if held_p.size else 1
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
-                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp),
+                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp, held_p),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
-        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), watts, fl.existing, fl.age_years)
+        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years)
         n_hp = max(1, sz_p.n_owning)
-        over_hp = float(overflow_mean(held_p, np.array([float(n_hp)]), prices.unit)[0])
+        bill_hp, _khp, over_hp = _cloud_of(cfg, tl, held_p - n_hp, prices)
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
                              f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
-                             {**own(n_hp), **flex_bill(over_hp)}, "owned cost(N) + flexible cloud cost above N", tl,
-                             what_if=True))
-    if m.data_residency:
+                             {**own(n_hp, held_p), **bill_hp},
+                             "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
+    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl)
+    if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
         out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
     cheapest = cheapest_of(out)
-    plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing)
-    be = _break_even(cfg, tl, m, fl, held, watts, all_cloud)
+    plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
+    reserved = {"stay-as-is": stay_k, "all-cloud": k_all, "hybrid": k_h}
+    out = [dataclasses.replace(s, reserved_gpus=float(reserved.get(s.id, 0.0))) for s in out]
+    be = _break_even(cfg, tl, m, fl, held, power, all_cloud)
     return CostBlock(tl, prices, watts, power_source, costs.owned_marginal_per_hour(cfg, tl, watts), fl, tuple(out),
-                     cheapest, sizing, be, plan, held, day, pack)
+                     cheapest, sizing, be, plan, held, day, pack, power)
+
+
+def _with_power(cfg: Config, tl: costs.Timeline, s: CostScenario) -> CostScenario:
+    """The scenario with the board power per owned GPU its power cost was priced at."""
+    o = cfg.on_prem
+    per_w = s.owned_gpus * o.pue * o.power_usd_per_kwh * costs.HOURS_PER_MONTH / 1000.0 * tl.annuity
+    if s.owned_gpus <= 0 or per_w <= 0:
+        return s
+    return dataclasses.replace(s, power_w_per_gpu=s.components.get("power", 0.0) / per_w)
+
+
+_MONTHLY = ("power", "maintenance", "staff", "space", "cloud_reserved", "cloud_flexible", "egress")
+
+
+def _cash(cfg: Config, tl: costs.Timeline, s: CostScenario, owned_value: float) -> tuple[np.ndarray, float, np.ndarray]:
+    """(cash per month, capex, cash per month without resale) of a scenario, from its present-value components:
+    monthly items are level (PV ÷ annuity), month-0 items are paid at once (capital bought up front, managed
+    services' one-off), the GPUs it sells now bring their value back in month 0 (`owned_value`: all owned GPUs at
+    today's value; keeping one pays nothing), spread capital is paid in instalments over its life, resale comes
+    back in the last month."""
+    o, c = cfg.on_prem, s.components
+    months = max(tl.months, 1)
+    cash = np.zeros(months)
+    level = sum(c.get(k, 0.0) for k in _MONTHLY) + c.get("managed_services", 0.0) - (
+        cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
+    cash += level / tl.annuity if tl.annuity else 0.0
+    sold = owned_value - c.get("owned_value_kept", 0.0)  # the PV model charges keeping; cash receives selling
+    cash[0] += -sold + (cfg.cloud.managed_services_usd_once if is_cloud_used(s) else 0.0)
+    capex = 0.0
+    for key, life in (("hardware", o.amortization_years), ("networking", o.networking_amortization_years)):
+        pv = c.get(key, 0.0)
+        if pv <= 0:
+            continue
+        if o.capex_timing == "spread" and life > 0:
+            span = min(months, round(life * 12))
+            per = pv / tl.annuity_for(life * 12.0)
+            cash[:span] += per
+            capex += per * life * 12
+        else:
+            cash[0] += pv
+            capex += pv
+    without_resale = cash.copy()
+    cash[-1] += c.get("residual_value", 0.0) / tl.end if tl.end else 0.0
+    return cash, capex, without_resale
+
+
+def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
+    """Months until the plan's cumulative cash falls to renting's (linear within the month), or None."""
+    gap = np.cumsum(plan - rent)  # > 0: the plan has spent more so far
+    if gap.size == 0 or gap[-1] > 0:
+        return None
+    i = int(np.argmax(gap <= 0))
+    before = gap[i - 1] if i > 0 else 0.0
+    step = before - gap[i]
+    return float(i + (before / step if step > 0 else 0.0))
+
+
+def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet) -> list[CostScenario]:
+    owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
+    cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
+    rent = cash.get("all-cloud")
+    done = []
+    for s in out:
+        flows, capex, plain = cash[s.id]
+        payback = _payback(plain, rent[2]) if rent is not None and s.components.get("hardware", 0.0) > 0 else None
+        done.append(dataclasses.replace(s, cash_usd_by_month=tuple(float(x) for x in flows), capex_usd=capex,
+                                        payback_months=payback))
+    return done
 
 
 def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str:
@@ -283,8 +412,8 @@ def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
 
 
-def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray, watts: float,
-                all_cloud: dict[str, float]) -> BreakEvenCalc:
+def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
+                power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The held-hour utilization u* at which renting k × today's held demand (its bill scaled by k) costs the
     same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
 
@@ -294,13 +423,15 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     n_ref = fl.gpus
     ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing == fl.gpus else
            "keep-owned-and-buy-the-rest" if fl.existing < fl.gpus else "keep-the-fleet-sell-the-rest")
+    watts = power.watts(held, float(n_ref))
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
     all_cloud_usd = _sum(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
-    verdict = "cloud" if all_cloud_usd < own_ref and not m.data_residency else "on-prem"
+    verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_sensitive)
+               else "on-prem")
     variable = all_cloud["cloud_reserved"] + all_cloud["cloud_flexible"]  # the all-cloud scenario's compute bill
     fixed = own_zero + _sum(costs.cloud_fixed(cfg, tl))
     if measured <= 0 or variable <= 1e-9:
@@ -365,10 +496,20 @@ def _within(u: float | None) -> float | None:
     return None if u is None or u > 1.0 else u
 
 
+def margin(block: CostBlock, plan: str) -> tuple[float, float]:
+    """(the cost of `plan`, the cheapest other allowed plan's cost − it) in `block`: a margin above 0 means `plan`
+    is still the cheapest. Both move the right way with each input: a dearer cloud raises a plan that rents."""
+    own = total_of(block, plan)
+    others = [float(s.total.value or 0.0) for s in block.scenarios if s.allowed and not s.what_if and s.id != plan]
+    return own, (min(others) - own if others else 0.0)
+
+
 def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
     T = TornadoColumns
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
+    plan = base.cheapest
+    base_plan, base_margin = margin(base, plan)
     rows: list[dict[str, Any]] = []
     for section, key, label in PARAMETERS:
         lo, hi = bounds(section, key)
@@ -381,10 +522,13 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
             ends[side] = (cost_block(moved, m, what_if=False), used)
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
+        (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
         rows.append({
             T.PARAMETER: label, T.KEY: f"{section}.{key}", T.BASE_VALUE: value, T.LOW_VALUE: lv, T.HIGH_VALUE: hv,
             T.BASE_DIFF_USD: base_diff, T.LOW_DIFF_USD: lo_diff, T.HIGH_DIFF_USD: hi_diff,
-            T.SWING_USD: abs(hi_diff - lo_diff),
+            T.PLAN: plan, T.BASE_PLAN_USD: base_plan, T.LOW_PLAN_USD: lo_plan, T.HIGH_PLAN_USD: hi_plan,
+            T.BASE_MARGIN_USD: base_margin, T.LOW_MARGIN_USD: lo_margin, T.HIGH_MARGIN_USD: hi_margin,
+            T.SWING_USD: abs(hi_margin - lo_margin),
             T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
             T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),
             T.CHANGES_CHEAPEST: lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
@@ -399,15 +543,23 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         TableColumn(T.BASE_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, configured inputs"),
         TableColumn(T.LOW_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input low"),
         TableColumn(T.HIGH_DIFF_USD, "USD", "all-cloud − cheapest owning scenario, this input high"),
-        TableColumn(T.SWING_USD, "USD", "|high − low|"),
+        TableColumn(T.PLAN, "", "the recommended (cheapest) plan at the configured inputs"),
+        TableColumn(T.BASE_PLAN_USD, "USD", "its cost, configured inputs"),
+        TableColumn(T.LOW_PLAN_USD, "USD", "its cost, this input low"),
+        TableColumn(T.HIGH_PLAN_USD, "USD", "its cost, this input high"),
+        TableColumn(T.BASE_MARGIN_USD, "USD", "the cheapest other plan − it, configured inputs (> 0: it is cheapest)"),
+        TableColumn(T.LOW_MARGIN_USD, "USD", "the cheapest other plan − it, this input low"),
+        TableColumn(T.HIGH_MARGIN_USD, "USD", "the cheapest other plan − it, this input high"),
+        TableColumn(T.SWING_USD, "USD", "|high margin − low margin|"),
         TableColumn(T.CHEAPEST_LOW, "", "cheapest allowed scenario, this input low"),
         TableColumn(T.CHEAPEST_HIGH, "", "cheapest allowed scenario, this input high"),
         TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),
         TableColumn(T.BREAK_EVEN_HIGH, "fraction", "break-even held-hour utilization, this input high (empty: never)"),
         TableColumn(T.CHANGES_CHEAPEST, "", "the cheapest scenario changes at either end"),
     )
-    return Table("tornado", f"Each input ±{pct} on its own (positive difference: owning is cheaper); inputs "
-                 "set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
+    return Table("tornado", f"Each input ±{pct} on its own: the recommended plan's cost and its margin over the "
+                 "runner-up (positive: it stays the cheapest), and all-cloud − the cheapest owning plan (positive: "
+                 "owning is cheaper); inputs set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
 
 
 def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
@@ -460,12 +612,13 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     unit = prices.unit
     per_bucket = {
         "all-cloud": np.maximum(costs.billable(held, unit) - plan.reserved_gpus, 0.0),
-        "hybrid": costs.billable(held - plan.n_hybrid, unit),
+        "hybrid": np.maximum(costs.billable(held - plan.n_hybrid, unit) - plan.hybrid_reserved_gpus, 0.0),
     }
     if m.current is Deployment.ON_PREM:
-        per_bucket["stay-as-is"] = costs.billable(held - plan.existing, unit)
+        per_bucket["stay-as-is"] = np.maximum(costs.billable(held - plan.existing, unit) - plan.stay_reserved_gpus,
+                                              0.0)
     else:
-        running = to_fleet(m.reporting, m.reporting, fl.capacity)
+        running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0]
         per_bucket["stay-as-is"] = np.maximum(costs.billable(running, unit) - plan.stay_reserved_gpus, 0.0)
     pos = np.searchsorted(days, block.day)
     counts = np.bincount(pos, minlength=len(days)).astype(float)
@@ -475,7 +628,8 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
     means = {k: v[idx].sum(axis=1) / n_draw for k, v in sums.items()}
 
     def own(n: float) -> float:
-        return float(costs.owned_total(costs.owned_cost(cfg, tl, float(n), block.watts, fl.existing,
+        w = block.power.watts(held, float(n)) if block.power is not None else block.watts
+        return float(costs.owned_total(costs.owned_cost(cfg, tl, float(n), w, fl.existing,
                                                         fl.age_years))[0])
 
     fixed = sum(costs.cloud_fixed(cfg, tl).values())
@@ -488,14 +642,12 @@ def cost_draws(cfg: Config, m: Measured, block: CostBlock, idx: np.ndarray, days
 
     ids, cols = [], []
     for s in block.scenarios:
-        if s.what_if:
+        if s.what_if and s.id != "all-cloud":  # all cloud stays: the cost difference is measured against it
             continue
         if s.id == "all-cloud":
             v = own(0) + bill(plan.reserved_gpus, means["all-cloud"])
         elif s.id == "hybrid":
-            v = own(plan.n_hybrid) + bill(0.0, means["hybrid"])
-        elif s.id == "stay-as-is" and m.current is Deployment.ON_PREM:
-            v = own(plan.existing) + bill(0.0, means["stay-as-is"])
+            v = own(plan.n_hybrid) + bill(plan.hybrid_reserved_gpus, means["hybrid"])
         elif s.id == "stay-as-is":
             v = own(plan.existing) + bill(plan.stay_reserved_gpus, means["stay-as-is"])
         else:  # all-on-prem: owned, demand-independent

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from gpuaudit.analysis.config import Config
@@ -66,6 +67,7 @@ class Totals:
     trial_hours: float
     gpu_equivalents: float
     overlap: float = 0.0  # GPU-hours removed by stage 1's de-duplication
+    energy_estimated: float = 0.0  # GPU-hours whose energy is power x time (no energy counter)
 
     @property
     def real_utilization(self) -> float:
@@ -143,7 +145,7 @@ def totals(roll: Rollups) -> Totals:
     g = roll.gpu_hours
     sums = g.select(
         pl.col("observed_s", "held_s", "busy_s", "real_s", "real_held_s", "idle_held_s", "fallback_s",
-               "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s").sum()
+               "fallback_real_s", "unmeasured_s", "energy_j", "energy_s", "overlap_s", "energy_estimated_s").sum()
     ).row(0, named=True)
     per_gpu = g.group_by("gpu_uuid", "mig_instance").agg(pl.col("gpu_fraction").max())
     span_s = _num(g["last_s"].max()) - _num(g["first_s"].min())
@@ -153,7 +155,30 @@ def totals(roll: Rollups) -> Totals:
         s_held=(sums["real_held_s"] or 0) / H, idle_held=sums["idle_held_s"] / H, fallback=sums["fallback_s"] / H,
         unmeasured=sums["unmeasured_s"] / H, energy_j=sums["energy_j"] or 0.0, energy_s=sums["energy_s"] or 0.0,
         trial_hours=span_s / H, gpu_equivalents=float(per_gpu["gpu_fraction"].sum()),
+        energy_estimated=(sums["energy_estimated_s"] or 0) / H,
     )
+
+
+def power_by_load(roll: Rollups) -> tuple[float | None, float | None]:
+    """(watts of a GPU no job holds, watts of a held one): the least-squares line of each GPU-hour's average
+    board power against the share of that hour a job held the GPU, weighted by the seconds with power. None
+    when the trial cannot tell the two apart (no power, or held share that hardly varies), or the line makes
+    no physical sense (negative, falling with load)."""
+    g = roll.gpu_hours.filter(pl.col("energy_s") > 0)
+    if g.height < 2:
+        return None, None
+    w = g["energy_s"].to_numpy().astype(float)
+    x = (g["held_s"] / g["observed_s"]).fill_nan(0.0).to_numpy().astype(float).clip(0.0, 1.0)
+    y = (g["energy_j"] / g["energy_s"]).to_numpy().astype(float)
+    xm, ym = float((w * x).sum() / w.sum()), float((w * y).sum() / w.sum())
+    var = float((w * (x - xm) ** 2).sum() / w.sum())
+    if var < 0.01:  # held share almost constant (std < 0.1): the slope is not identified
+        return None, None
+    slope = float((w * (x - xm) * (y - ym)).sum() / w.sum()) / var
+    idle = ym - slope * xm
+    if slope < 0 or idle < 0:
+        return None, None
+    return idle, idle + slope
 
 
 def _ts(seconds: float) -> dt.datetime:
@@ -171,12 +196,28 @@ def add_months(day: dt.date, months: int) -> dt.date:
     raise AssertionError("unreachable")
 
 
+def day_index(seconds: pl.Expr, start_s: float, days: float) -> pl.Expr:
+    """The trial day (0, 1, …) a GPU-hour or bucket starting at `seconds` belongs to, counted the way the trial's
+    length is: 24-hour days from the hour the trial starts in, the last partial hour folded into the last day
+    (a 90.0-day trial that starts at 23:59 has 90 days, not the 91 UTC dates it touches)."""
+    first = math.floor(start_s / H) * H
+    last = max(math.ceil(days - 1e-9) - 1, 0)
+    return ((seconds - first) // 86400).clip(0, last).cast(pl.Int64)
+
+
+def day_of(seconds: np.ndarray, start_s: float, days: float) -> np.ndarray:
+    """day_index for a numpy array of seconds (the demand buckets)."""
+    first = math.floor(start_s / H) * H
+    last = max(math.ceil(days - 1e-9) - 1, 0)
+    return np.clip((np.asarray(seconds, dtype=float) - first) // 86400, 0, last).astype(np.int64)
+
+
 def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     g = roll.gpu_hours
     start, end = _ts(_num(g["first_s"].min())), _ts(_num(g["last_s"].max()))
     days = (end - start).total_seconds() / 86400
     sources = sorted(set(g["source_min"].drop_nulls().to_list()) | set(g["source_max"].drop_nulls().to_list()))
-    observed_days = g.select((pl.col("hour_s") // 86400).n_unique()).item()
+    observed_days = g.select(day_index(pl.col("hour_s"), start.timestamp(), days).n_unique()).item()
     return Trial(
         start=start, end=end, days=days, observed_days=int(observed_days),
         provisional=days < cfg.decision.provisional_below_days,
@@ -196,7 +237,8 @@ def never_used(roll: Rollups) -> list[str]:
 
 def utilization(roll: Rollups, t: Totals) -> Utilization:
     upper = t.fallback > 0
-    ub = " (upper bound: duty cycle stands in where SM activity was not measured)" if upper else ""
+    ub = (" (upper bound: engine-active or the duty cycle stands in where SM activity was not measured)"
+          if upper else "")
     never = never_used(roll)
     src = SRC_SAMPLES
 
@@ -450,19 +492,49 @@ def demand_series(roll: Rollups) -> tuple[pl.DataFrame, float]:
     d = d.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by("bucket_s").agg(
         pl.col("observed_s", "held_s", "real_s").sum()
     )
+    e = roll.elastic_demand.with_columns(((pl.col("bucket_s") // bucket) * bucket).alias("bucket_s")).group_by(
+        "bucket_s").agg(pl.col("observed_s").sum().alias("elastic_observed_s"),
+                        pl.col("held_s").sum().alias("elastic_held_s"))
     lo, hi = _num(d["bucket_s"].min()), _num(d["bucket_s"].max())
     grid = pl.DataFrame({"bucket_s": [lo + i * bucket for i in range(round((hi - lo) / bucket) + 1)]})
-    d = grid.join(d, on="bucket_s", how="left").fill_null(0.0)
+    d = grid.join(d, on="bucket_s", how="left").join(e.cast({"bucket_s": pl.Float64}), on="bucket_s",
+                                                         how="left").fill_null(0.0)
     return d.select(
         "bucket_s",
         (pl.col("held_s") / bucket).alias("gpus_held"),
         (pl.col("real_s") / bucket).alias("gpus_in_use"),
         (pl.col("observed_s") / bucket).alias("gpus_reporting"),
+        # the elastic GPUs' part of gpus_held and gpus_reporting (sql/analysis_demand_elastic.sql)
+        (pl.col("elastic_held_s") / bucket).alias("elastic_gpus_held"),
+        (pl.col("elastic_observed_s") / bucket).alias("elastic_gpus_reporting"),
     ).sort("bucket_s"), bucket
 
 
-def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) -> DataQuality:
+@dataclass(frozen=True)
+class Elastic:
+    """GPUs that report only while held (sql/analysis_elastic_gpus.sql): their absent time is not a gap."""
+
+    uuids: frozenset[str]
+    gpus: int  # distinct physical GPUs among them
+    equivalents: float  # Σ gpu_fraction of the elastic GPUs (MIG slices) seen
+    peak: float  # the most elastic GPU equivalents reporting at once (one demand bucket)
+    observed_gpu_hours: float
+
+
+NO_ELASTIC = Elastic(frozenset(), 0, 0.0, 0.0, 0.0)
+
+
+def elastic(roll: Rollups, demand: pl.DataFrame) -> Elastic:
+    e = roll.elastic_gpus
+    peak = _num(demand["elastic_gpus_reporting"].max() or 0.0) if demand.height else 0.0
+    return Elastic(frozenset(e["gpu_uuid"].to_list()), int(e["gpu_uuid"].n_unique()),
+                   _num(e["gpu_fraction"].sum() or 0.0), peak, _num(e["observed_s"].sum() or 0.0) / H)
+
+
+def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
+                 el: Elastic | None = None) -> DataQuality:
     g = roll.gpu_hours
+    el = el or NO_ELASTIC
     start, end = tr.start.timestamp(), tr.end.timestamp()
     window_hours = slot_index(end) - math.floor(start / H) + 1
     stop_after = cfg.analysis.stopped_reporting_after_hours * H
@@ -477,8 +549,11 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         .with_columns(
             _gpu_label(),
             (pl.col("observed_hours") / (t.trial_hours if t.trial_hours > 0 else 1.0)).alias("coverage"),
-            (pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
-            (pl.col("last_s") < end - stop_after).alias("stopped_reporting"),
+            # an elastic GPU's absent time is capacity that did not exist, not a gap
+            pl.when(pl.col("gpu_uuid").is_in(list(el.uuids))).then(0).otherwise(
+                pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
+            ((pl.col("last_s") < end - stop_after) & ~pl.col("gpu_uuid").is_in(list(el.uuids)))
+            .alias("stopped_reporting"),
             pl.from_epoch(pl.col("first_s"), "s").dt.replace_time_zone("UTC").alias("first_sample"),
             pl.from_epoch(pl.col("last_s"), "s").dt.replace_time_zone("UTC").alias("last_sample"),
         )
@@ -487,6 +562,11 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
     stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
     capacity = cfg.analysis.fleet_gpus or t.gpu_equivalents  # the whole fleet when it is configured
     coverage = t.w / (capacity * t.trial_hours) if t.trial_hours > 0 else 0.0
+    if el.equivalents > 0:  # over the steady GPUs only: elastic ones are covered whenever they exist
+        seen = t.gpu_equivalents - el.equivalents
+        capacity = max(cfg.analysis.fleet_gpus - el.peak, seen) if cfg.analysis.fleet_gpus else seen
+        w = t.w - el.observed_gpu_hours
+        coverage = w / (capacity * t.trial_hours) if capacity > 1e-9 and t.trial_hours > 0 else 1.0
     gap_hours = float(per["gap_hours"].sum())
     warnings = []
     if tr.provisional:
@@ -496,13 +576,16 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool) 
         )
     if upper:
         warnings.append(
-            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (duty cycle only): real "
-            "utilization is an upper bound"
+            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (engine-active or duty cycle "
+            "only): real utilization is an upper bound"
         )
     if stopped:
         warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
+    if t.energy_estimated > 0:
+        warnings.append(f"energy was estimated from power (power × time: no energy counter) for "
+                        f"{t.energy_estimated / t.w:.0%} of observed GPU-hours")
     if coverage < 0.9:
-        seen_share = t.gpu_equivalents / capacity if capacity > 0 else 1.0
+        seen_share = (t.gpu_equivalents - el.equivalents) / capacity if capacity > 0 else 1.0
         if seen_share < 0.999:  # the configured fleet is larger than what reported: not (only) gaps
             warnings.append(f"coverage is {coverage:.0%}: {t.gpu_equivalents:,.0f} of the {capacity:,.0f} fleet GPUs "
                             "reported (the rest had no agent, assumed to look like those that did)"

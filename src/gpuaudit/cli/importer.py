@@ -37,9 +37,13 @@ def prometheus(
                                                           "(repeatable; FIELD= turns it off). See docs."),
     label: list[str] = typer.Option([], "--label", help="Override label names: FIELD=LABEL[,LABEL...] "
                                                         "(repeatable)."),
-    exporter_pod: str = typer.Option("dcgm-exporter", "--exporter-pod",
+    exporter: str = typer.Option(None, "--exporter",
+                                 help="Exporter preset: dcgm (NVIDIA dcgm-exporter), jobstats (Princeton jobstats' "
+                                      "GPU exporter), nvidia-smi (utkuozdemir/nvidia_gpu_exporter). Default: "
+                                      "detected from the metric names on the server."),
+    exporter_pod: str = typer.Option(None, "--exporter-pod",
                                      help="Regex of pod names that are the exporter itself, not a workload "
-                                          "('' keeps every pod)."),
+                                          "('' keeps every pod; default: the preset's, dcgm-exporter)."),
     bearer_token_file: Path = typer.Option(None, "--bearer-token-file",
                                            help="File holding a bearer token (else env GPUAUDIT_PROM_TOKEN)."),
     user: str = typer.Option(None, "--user", help="Basic-auth user."),
@@ -61,13 +65,13 @@ def prometheus(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
     data: Path = DataOption,
 ) -> None:
-    """Import dcgm-exporter history from Prometheus: interval averages per GPU, MIG slice and pod.
+    """Import GPU exporter history from Prometheus: interval averages per GPU, MIG slice and pod.
 
     Example: gpuaudit import prometheus --url http://prometheus:9090 --start -30d --step 5m
     """
     from gpuaudit.importer.mapping import build_mapping
     from gpuaudit.importer.promclient import transport
-    from gpuaudit.importer.prometheus import import_prometheus
+    from gpuaudit.importer.prometheus import import_prometheus, summary
     from gpuaudit.importer.timespec import parse_step_s, parse_time
     from gpuaudit.util.textsafe import printable
 
@@ -77,7 +81,7 @@ def prometheus(
         ca_file = local_path(ca_file, "--ca-file", "a file")
     step_s = parse_step_s(step)
     t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
-    mapping = build_mapping(metric, label, selector=selector, exporter_pod=exporter_pod)
+    mapping = build_mapping(metric, label, selector=selector, exporter_pod=exporter_pod, exporter=exporter)
     conn = transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
                      insecure=insecure, timeout_s=timeout, retries=retries, max_response_mb=max_response_mb)
     bar: dict[str, Any] = {}
@@ -104,7 +108,8 @@ def prometheus(
                f"hosts) and {result.process_rows} process rows, {window} at {step_s}s, into {printable(root)}")
     if result.replaced_rows:
         typer.echo(f"replaced {result.replaced_rows} rows of earlier imports of this window")
-    util_only = result.sources.get("prometheus-dcgm-util", 0)
-    if util_only:
-        typer.echo(f"note: {util_only} rows have no DCGM profiling metric (SM_ACTIVE): their duty cycle "
-                   "is an upper bound on SM activity", err=True)
+    lines, notes = summary(result)
+    for line in lines:
+        typer.echo(printable(line))
+    for note in notes:
+        typer.echo(f"note: {printable(note)}", err=True)

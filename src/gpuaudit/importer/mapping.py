@@ -1,13 +1,13 @@
 """Which Prometheus series and labels become which dataset columns.
 
-The defaults follow NVIDIA dcgm-exporter; every metric and label name can be overridden for other
-exporters (`--metric FIELD=NAME[:UNIT],...`, `--label FIELD=NAME,...`).
+An exporter preset (presets.py: dcgm-exporter, jobstats, nvidia_gpu_exporter) gives the names; every metric
+and label name can be overridden on top (`--metric FIELD=NAME[:UNIT],...`, `--label FIELD=NAME,...`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.schema import MIB
@@ -21,8 +21,10 @@ _UNITS: dict[str, dict[str, float]] = {
     "c": {"c": 1.0},
 }
 
-# How the server is asked: interval average, the last value in the interval, or a counter's increase.
-AVG, LAST, INCREASE = "avg", "last", "increase"
+# How the server is asked: interval average, the last value in the interval, a counter's increase, or a
+# counter read as its last and highest value per step (the importer differences consecutive values: energy
+# whatever the scrape interval, resets handled, gaps spanned).
+AVG, LAST, INCREASE, COUNTER = "avg", "last", "increase", "counter"
 
 
 @dataclass(frozen=True)
@@ -33,68 +35,63 @@ class MetricSpec:
     stored: str  # key of _UNITS: the unit family of the dataset column
 
 
-# dataset-side field -> how to get it. `sm_active`'s fallback GR_ENGINE_ACTIVE is the same measurement
-# on older DCGM; duty cycle (DEV_GPU_UTIL) is a different one and only an upper bound on SM activity.
-DEFAULT_METRICS: dict[str, MetricSpec] = {
-    "sm_active": MetricSpec(("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), "fraction", AVG,
-                            "fraction"),
-    "duty_cycle": MetricSpec(("DCGM_FI_DEV_GPU_UTIL",), "percent", AVG, "fraction"),
-    "sm_occupancy": MetricSpec(("DCGM_FI_PROF_SM_OCCUPANCY",), "fraction", AVG, "fraction"),
-    "tensor_active": MetricSpec(("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",), "fraction", AVG, "fraction"),
-    "dram_active": MetricSpec(("DCGM_FI_PROF_DRAM_ACTIVE",), "fraction", AVG, "fraction"),
-    "mem_util": MetricSpec(("DCGM_FI_DEV_MEM_COPY_UTIL",), "percent", AVG, "fraction"),
-    "fb_used": MetricSpec(("DCGM_FI_DEV_FB_USED",), "MiB", LAST, "bytes"),
-    "fb_free": MetricSpec(("DCGM_FI_DEV_FB_FREE",), "MiB", LAST, "bytes"),
-    "power_w": MetricSpec(("DCGM_FI_DEV_POWER_USAGE",), "W", AVG, "w"),
-    "energy_j": MetricSpec(("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), "mJ", INCREASE, "j"),
-    "temp_c": MetricSpec(("DCGM_FI_DEV_GPU_TEMP",), "C", LAST, "c"),
-}
-
-# dataset-side label field -> label names, first present wins. For the three Kubernetes fields the
-# i-th names form one naming style (exported_pod/exported_namespace/exported_container, ...): the
-# style is chosen by the first pod label present on a series, so names from different styles are
-# never mixed on one row.
-DEFAULT_LABELS: dict[str, tuple[str, ...]] = {
-    "host": ("Hostname", "hostname", "instance"),
-    "gpu_uuid": ("UUID", "uuid"),
-    "gpu_index": ("gpu",),
-    "gpu_name": ("modelName",),
-    "mig_instance": ("GPU_I_ID",),
-    "mig_profile": ("GPU_I_PROFILE",),
-    "k8s_pod": ("exported_pod", "pod_name", "pod"),
-    "k8s_namespace": ("exported_namespace", "pod_namespace", "namespace"),
-    "container": ("exported_container", "container_name", "container"),
-    "job_id": ("hpc_job",),
-}
-
-# Pods matching this are the exporter itself (a ServiceMonitor's target labels), not a workload.
-DEFAULT_EXPORTER_POD = r"dcgm-exporter"
+# Fields an exporter may give beside the stored columns: mem_total (bytes) where used + free is not exported.
+DERIVED_FIELDS = ("mem_total",)
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 @dataclass(frozen=True)
 class Mapping:
-    metrics: dict[str, MetricSpec] = field(default_factory=lambda: dict(DEFAULT_METRICS))
-    labels: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_LABELS))
+    metrics: dict[str, MetricSpec]
+    labels: dict[str, tuple[str, ...]]
     selector: str = ""  # extra label matchers, e.g. job="dcgm", added to every query
-    exporter_pod: str = DEFAULT_EXPORTER_POD
+    exporter_pod: str = ""
+    exporter: str = "dcgm"  # the preset's name
+    detected: bool = False  # the preset was detected (True) or given with --exporter (False)
+
+    overrides: tuple[tuple[str, ...], tuple[str, ...], str | None] = ((), (), None)
+
+    def with_exporter(self, exporter: str) -> Mapping:
+        """The same overrides on another exporter's preset (after detection)."""
+        metrics, labels, pod = self.overrides
+        return build_mapping(list(metrics), list(labels), selector=self.selector, exporter_pod=pod,
+                             exporter=exporter, detected=self.detected)
 
     def factor(self, fld: str) -> float:
         spec = self.metrics[fld]
         return _UNITS[spec.stored][spec.unit.lower()]
 
 
+DEFAULT_EXPORTER_POD = "dcgm-exporter"
+
+
 def build_mapping(metric_overrides: list[str] | None = None, label_overrides: list[str] | None = None,
-                  selector: str = "", exporter_pod: str = DEFAULT_EXPORTER_POD) -> Mapping:
-    """The default dcgm-exporter mapping with `FIELD=NAME[:UNIT][,NAME...]` and `FIELD=LABEL[,LABEL...]`
-    overrides applied. An empty NAME list (`FIELD=`) turns a metric off."""
-    metrics = dict(DEFAULT_METRICS)
+                  selector: str = "", exporter_pod: str | None = None, exporter: str | None = None,
+                  detected: bool = False) -> Mapping:
+    """The `exporter` preset's mapping with `FIELD=NAME[:UNIT][,NAME...]` and `FIELD=LABEL[,LABEL...]`
+    overrides applied. An empty NAME list (`FIELD=`) turns a metric off. `exporter_pod` None: the preset's.
+    `exporter` None: dcgm until the import detects the exporter on the server."""
+    from gpuaudit.importer.presets import DEFAULT_PRESET, PRESETS
+
+    pod_given = exporter_pod
+    if exporter is None:
+        exporter, detected = DEFAULT_PRESET, True
+
+    if exporter not in PRESETS:
+        raise GpuauditError(f"bad --exporter {exporter!r}: use one of {', '.join(PRESETS)} (or leave it out to "
+                            "detect it)")
+    preset = PRESETS[exporter]
+    if exporter_pod is None:
+        exporter_pod = preset.exporter_pod
+    metrics = dict(preset.metrics)
+    # Any field some preset knows can be given (the first preset's unit and kind for it, unless one is given).
+    any_spec = {f: s for p in reversed(PRESETS.values()) for f, s in p.metrics.items()}
     for item in metric_overrides or []:
-        fld, names = _split(item, "--metric", metrics)
-        spec = metrics[fld]
+        fld, names = _split(item, "--metric", any_spec)
+        spec = metrics.get(fld, any_spec[fld])
         if not names:
-            metrics.pop(fld)
+            metrics.pop(fld, None)
             continue
         units = {n.split(":", 1)[1] for n in names if ":" in n}
         unit = spec.unit
@@ -110,9 +107,10 @@ def build_mapping(metric_overrides: list[str] | None = None, label_overrides: li
             if not _NAME.fullmatch(n):
                 raise GpuauditError(f"--metric {item!r}: {n!r} is not a Prometheus metric name")
         metrics[fld] = replace(spec, names=bare, unit=unit)
-    if "sm_active" not in metrics and "duty_cycle" not in metrics:
-        raise GpuauditError("--metric: keep at least one of sm_active and duty_cycle (utilization)")
-    labels = dict(DEFAULT_LABELS)
+    if not {"sm_active", "gr_engine_active", "duty_cycle"} & set(metrics):
+        raise GpuauditError("--metric: keep at least one of sm_active, gr_engine_active and duty_cycle "
+                            "(utilization)")
+    labels = dict(preset.labels)
     for item in label_overrides or []:
         fld, names = _split(item, "--label", labels)
         for n in names:
@@ -128,7 +126,9 @@ def build_mapping(metric_overrides: list[str] | None = None, label_overrides: li
         re.compile(exporter_pod)
     except re.error as e:
         raise GpuauditError(f"bad --exporter-pod regex {exporter_pod!r}: {e}") from None
-    return Mapping(metrics=metrics, labels=labels, selector=selector, exporter_pod=exporter_pod)
+    return Mapping(metrics=metrics, labels=labels, selector=selector, exporter_pod=exporter_pod, exporter=exporter,
+                   detected=detected,
+                   overrides=(tuple(metric_overrides or ()), tuple(label_overrides or ()), pod_given))
 
 
 def _split(item: str, option: str, known: dict) -> tuple[str, list[str]]:

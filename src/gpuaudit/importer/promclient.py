@@ -178,9 +178,23 @@ class PromClient:
     def query_range(self, query: str, start: datetime, end: datetime, step_s: int) -> list[dict[str, Any]]:
         """The server's matrix for `query` evaluated at start, start+step, ..., end (both UTC-aware,
         whole seconds), validated: each item is {"metric": {label: value}, "values": [[ts, "v"], ...]}."""
+        result = self._call(lambda: self.pc.custom_query_range(query, start_time=start, end_time=end,
+                                                               step=str(step_s)))
+        return _validated(result, self.t.url)
+
+    def query(self, query: str, at: datetime) -> list[dict[str, Any]]:
+        """An instant query's vector at `at`: [{"metric": {...}, "value": [ts, "v"]}, ...]."""
+        result = self._call(lambda: self.pc.custom_query(query, params={"time": at.timestamp()}))
+        if not isinstance(result, list) or not all(isinstance(i, dict) and isinstance(i.get("metric"), dict)
+                                                   for i in result):
+            raise GpuauditError(f"malformed response from {self.t.url}: data.result is not a vector")
+        return result
+
+    def _call(self, fn: Any) -> Any:
+        """One request, every failure turned into one GpuauditError line."""
         try:
             with _deadline(self.t.timeout_s * (self.t.retries + 1)):
-                result = self.pc.custom_query_range(query, start_time=start, end_time=end, step=str(step_s))
+                return fn()
         except _DeadlinePassed:
             raise GpuauditError(self._timeout_message()) from None
         except ResponseTooLarge:
@@ -209,7 +223,6 @@ class PromClient:
             raise GpuauditError(f"request to {self.t.url} failed: {_reason(e)}") from None
         except (KeyError, TypeError):
             raise GpuauditError(f"malformed response from {self.t.url}: no data.result in the JSON") from None
-        return _validated(result, self.t.url)
 
     def _timeout_message(self) -> str:
         return (f"Prometheus at {self.t.url} did not answer within {self.t.timeout_s:g}s "

@@ -1,5 +1,6 @@
-"""`gpuaudit import prometheus`: dcgm-exporter history from a Prometheus-compatible server into the
-dataset.
+"""`gpuaudit import prometheus`: GPU exporter history (dcgm-exporter, jobstats, nvidia_gpu_exporter) from a
+Prometheus-compatible server into the dataset. Which series become which rows: presets.py (the names),
+identity.py (host, GPU and workload of a series), rows.py (the rules).
 
 Two phases, so a failure never leaves a partial import behind:
 1. fetch: every query of every chunk is answered and converted to typed rows, spilled to a private
@@ -28,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -37,22 +38,33 @@ import polars as pl
 
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.mapping import AVG, INCREASE, LAST, Mapping, gpu_fraction
+from gpuaudit.importer.identity import (
+    NO_MIG,
+    SMALLINT_MAX,
+    BadLabel,
+    SeriesIdentity,
+    as_tuple,
+    identify,
+    int_label,
+    node_label_hint,
+    normalize_uuid,
+)
+from gpuaudit.importer.mapping import AVG, COUNTER, INCREASE, LAST, Mapping
+from gpuaudit.importer.presets import PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
+from gpuaudit.importer.rows import COUNT, COUNTER_PARTS, FRACTIONS, UTIL, ImportState, build_rows, final_hosts
 from gpuaudit.importer.timespec import align_down
-from gpuaudit.store import journal, writer
-from gpuaudit.store.base import STALE_STAGING_S
+from gpuaudit.store import journal, readers, writer
+from gpuaudit.store.base import STALE_STAGING_S, new_stem
 from gpuaudit.util import atomic
 
 log = logging.getLogger("gpuaudit.importer")
 
 FILE_STEM = "prometheus"  # the importer's one file per partition is prometheus-<stamp>.parquet
-PROM_SOURCES = (schema.SOURCE_PROM_DCGM, schema.SOURCE_PROM_DCGM_UTIL)
-KEY = ("host", "gpu_uuid", "mig_instance")
+PROM_SOURCES = schema.IMPORT_SOURCES  # rows a re-import replaces
 WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
-HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
-_NO_MIG = -1  # stands in for a null mig_instance while grouping and joining
-_FRACTIONS = ("sm_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active", "mem_util")
+_NO_MIG = NO_MIG
+_FRACTIONS = FRACTIONS
 
 Progress = Callable[[int, int], None]  # (queries done, queries in total)
 
@@ -72,6 +84,26 @@ class ImportResult:
     sources: dict[str, int] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    # What the summary tells (the layout found, and what could not be attributed):
+    exporter: str = ""
+    exporter_detected: bool = False
+    present_names: set[str] | None = None  # metric names the server listed in the window (None: unknown)
+    host_labels: dict[str, int] = field(default_factory=dict)  # host label -> series that took it
+    pod_styles: dict[str, int] = field(default_factory=dict)  # pod label -> series that took it
+    exporter_pods_skipped: int = 0
+    suspect_hosts: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # host -> (why, label hint)
+    merged_hosts: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # uuid -> (kept, all values)
+    stored_hosts: set[str] = field(default_factory=set)  # the host values rows are stored under
+    time_sliced: list[str] = field(default_factory=list)
+    mig_gpus: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # MIG instances not imported -> why
+    derived: dict[str, str] = field(default_factory=dict)  # MIG fractions derived from memory
+    no_utilization: list[str] = field(default_factory=list)  # GPUs with series but no utilization series
+    held_steps: int = 0
+    held_attributed: int = 0
+    energy_from_counter: int = 0  # GPUs
+    energy_from_power: int = 0  # GPUs with power but no energy counter (the analysis estimates it)
+    notes: list[str] = field(default_factory=list)
 
 
 def query_for(name: str, kind: str, selector: str, step_s: int) -> str:
@@ -79,8 +111,25 @@ def query_for(name: str, kind: str, selector: str, step_s: int) -> str:
     sample exactly on a step boundary counts in one interval only (Prometheus 2's ranges are closed)."""
     sel = f"{name}{{{selector}}}" if selector else name
     rng = f"{step_s * 1000 - 1}ms"
-    fn = {AVG: "avg_over_time", LAST: "last_over_time", INCREASE: "increase"}[kind]
+    fn = {AVG: "avg_over_time", LAST: "last_over_time", INCREASE: "increase", "max": "max_over_time",
+          "min": "min_over_time", COUNT: "count_over_time"}[kind]
     return f"{fn}({sel}[{rng}])"
+
+
+def plan_queries(mapping: Mapping, step_s: int, present: set[str] | None = None
+                 ) -> list[tuple[str, int, str, str, str]]:
+    """(field, prio, metric name, part, PromQL) for each query of a chunk; names not in `present` (when known:
+    not on the server in the window) are not asked. An average is asked with its samples per step (series that
+    split a step are weighted by them), a counter as its last, highest and lowest value per step."""
+    queries: list[tuple[str, int, str, str, str]] = []
+    for fld, spec in mapping.metrics.items():
+        for prio, name in enumerate(spec.names):
+            if present is not None and name not in present:
+                continue
+            parts = COUNTER_PARTS if spec.kind == COUNTER else ("", COUNT) if spec.kind == AVG else ("",)
+            queries += [(fld, prio, name, part, query_for(name, part or spec.kind, mapping.selector, step_s))
+                        for part in parts]
+    return queries
 
 
 def import_prometheus(root: Path | str, client: PromClient | Transport, mapping: Mapping, start: datetime,
@@ -102,7 +151,7 @@ def import_prometheus(root: Path | str, client: PromClient | Transport, mapping:
     try:
         with tempfile.TemporaryDirectory(prefix="gpuaudit-import-") as tmp:
             spill = Path(tmp)
-            _fetch(prom, mapping, start, end, step_s, max_points, spill, result, progress)
+            mapping = _fetch(prom, mapping, start, end, step_s, max_points, spill, result, progress)
             _write(Path(root), spill, start, end, result)
     finally:
         if owned:
@@ -115,29 +164,41 @@ def import_prometheus(root: Path | str, client: PromClient | Transport, mapping:
 
 
 def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, step_s: int, max_points: int,
-           spill: Path, result: ImportResult, progress: Progress | None) -> None:
-    queries = [(fld, prio, name, query_for(name, spec.kind, mapping.selector, step_s))
-               for fld, spec in mapping.metrics.items() for prio, name in enumerate(spec.names)]
+           spill: Path, result: ImportResult, progress: Progress | None) -> Mapping:
+    """Query every chunk, convert, spill; returns the mapping used (the detected exporter's)."""
+    mapping = _detect(prom, mapping, start, end, result)
+    preset = PRESETS[mapping.exporter]
+    queries = plan_queries(mapping, step_s, result.present_names)
+    info = _info_series(prom, preset, mapping, start, end, step_s)
     windows = list(chunks(start, end, step_s, max_points))
     total = len(windows) * len(queries)
     exporter_pod = re.compile(mapping.exporter_pod) if mapping.exporter_pod else None
-    gpus: set[tuple[str, str, int]] = set()
+    name_re = re.compile(preset.mig_profile_in_name) if preset.mig_profile_in_name else None
+    state = ImportState()
+    step = timedelta(seconds=step_s)
+    skeys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}  # one id per series, across its queries
     for i, (first, last) in enumerate(windows):
         series_rows: list[tuple[Any, ...]] = []
         raw: list[tuple[str, str, dict[str, str]]] = []  # per series: (field, metric name, its labels)
         sids: list[int] = []
         tss: list[float] = []
         values: list[float] = []
-        for fld, prio, name, q in queries:
-            for item in prom.query_range(q, first, last, step_s):
+        for fld, prio, name, part, q in queries:
+            # A counter is differenced from the step before: the first chunk asks one step earlier too.
+            q_first = first - step if part and i == 0 else first
+            for item in prom.query_range(q, q_first, last, step_s):
                 sid = len(series_rows)
                 try:
-                    labels = _series_labels(item["metric"], mapping, exporter_pod)
-                except _BadLabel as e:
+                    ident = identify(item["metric"], mapping.labels, exporter_pod, uuid_prefix=preset.uuid_prefix,
+                                     share_markers=preset.share_markers, mig_parent_label=preset.mig_parent_label,
+                                     mig_profile_in_name=name_re)
+                except BadLabel as e:
                     raise GpuauditError(f"bad label from {prom.t.url}: {_series_text(name, item['metric'])}: {e}; "
                                         "nothing imported") from None
-                series_rows.append((sid, fld, prio, *labels))
-                raw.append((fld, name, item["metric"]))
+                _note_identity(result, ident, item["metric"], mapping)
+                skey = skeys.setdefault((name, tuple(sorted(item["metric"].items()))), len(skeys))
+                series_rows.append((sid, fld, prio, part, skey, *as_tuple(ident)))
+                raw.append((COUNT if part == COUNT else fld, name, item["metric"]))
                 n = _append_points(item["values"], tss, values, prom.t.url, name)
                 sids.extend([sid] * n)
             result.queries += 1
@@ -146,22 +207,140 @@ def _fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, s
         result.series += len(series_rows)
         points = pl.DataFrame({"sid": sids, "ts": tss, "value": values},
                               schema={"sid": pl.Int64, "ts": pl.Float64, "value": pl.Float64})
-        _check_points(points, raw, mapping, first, last, prom.t.url)
-        samples, processes = _rows(series_rows, points, mapping, step_s)
+        _check_points(points, raw, mapping, first - step if i == 0 else first, last, prom.t.url)
+        samples, processes = build_rows(series_rows, points, mapping, step_s, state, info, preset.share_fields)
         if samples.height:
             samples.write_parquet(spill / f"samples-{i:06d}.parquet")
-            gpus.update(samples.select(KEY).unique().iter_rows())
         if processes.height:
             processes.write_parquet(spill / f"processes-{i:06d}.parquet")
-    if not gpus:
-        tried = ", ".join(n for f in ("sm_active", "duty_cycle") if f in mapping.metrics
-                          for n in mapping.metrics[f].names)
+    if not state.imported:
+        tried = ", ".join(n for f in UTIL if f in mapping.metrics for n in mapping.metrics[f].names)
         sel = f" matching {{{mapping.selector}}}" if mapping.selector else ""
         raise GpuauditError(
             f"no GPU utilization series{sel} between {start:%Y-%m-%dT%H:%M:%SZ} and {end:%Y-%m-%dT%H:%M:%SZ} "
-            f"on {prom.t.url} (tried {tried}); nothing imported. Check the window, --selector or --metric")
-    result.gpus = len(gpus)
-    result.hosts = len({g[0] for g in gpus})
+            f"on {prom.t.url} (tried {tried}); nothing imported. Check the window, --selector, --exporter or "
+            "--metric")
+    _one_host_everywhere(spill, state, result)
+    _summarize(state, result, mapping)
+    return mapping
+
+
+DISCOVERY_STEP_S = 300  # = Prometheus' lookback: every sample of the window is seen by one evaluation
+
+
+def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, result: ImportResult) -> Mapping:
+    """Which known metric names hold samples in the window (`count by (__name__)`, evaluated every 5 minutes: the
+    label-values API answers per storage block, not per series), and, unless --exporter was given, which
+    exporter they come from. This is the import's first request: a server error stops it here. A server whose
+    answer has no __name__ gets every name queried, the exporter not detected."""
+    names = all_metric_names()
+    sel = f'__name__=~"{"|".join(re.escape(n) for n in names)}"' + (f",{mapping.selector}" if mapping.selector else "")
+    found: set[str] = set()
+    unnamed = False
+    for first, last in chunks(start - timedelta(seconds=DISCOVERY_STEP_S), end, DISCOVERY_STEP_S):
+        for item in prom.query_range(f"count by (__name__) ({{{sel}}})", first, last, DISCOVERY_STEP_S):
+            name = item["metric"].get("__name__")
+            if name:
+                found.add(name)
+            else:
+                unnamed = True
+    if unnamed and not found:
+        result.exporter, result.exporter_detected = mapping.exporter, False
+        result.notes.append("the server's answers carry no metric names: every name of the mapping was queried and "
+                            "the exporter not detected")
+        return mapping
+    detection = detect(found)
+    if mapping.detected:
+        best = detection.best()
+        if best and best != mapping.exporter:
+            mapping = mapping.with_exporter(best)
+    result.exporter, result.exporter_detected = mapping.exporter, mapping.detected
+    others = detection.others(mapping.exporter)
+    if others:
+        result.notes.append(f"series of other exporters are there too ({', '.join(others)}): import them with "
+                            f"--exporter {others[0]}")
+    # Names the user added with --metric are queried whether or not the listing knew them.
+    listed = set(names)
+    result.present_names = found | {n for s in mapping.metrics.values() for n in s.names if n not in listed}
+    return mapping
+
+
+def _info_series(prom: PromClient, preset: Preset, mapping: Mapping, start: datetime, end: datetime,
+                 step_s: int) -> dict[str, dict[Any, Any]]:
+    """Dataset field -> {key: value} from the preset's info series (nvidia_smi_gpu_info: name and index by
+    UUID; nvidia_smi_mig_info: profile by UUID and GPU instance), over the whole window."""
+    out: dict[str, dict[Any, Any]] = {}
+    window_s = int((end - start).total_seconds()) + step_s
+    for inf in preset.info:
+        sel = f"{inf.metric}{{{mapping.selector}}}" if mapping.selector else inf.metric
+        for item in prom.query(f"last_over_time({sel}[{window_s}s])", end):
+            labels = item["metric"]
+            uuid = labels.get(inf.key["gpu_uuid"])
+            if not uuid:
+                continue
+            key: Any = normalize_uuid(uuid, preset.uuid_prefix)
+            if "mig_instance" in inf.key:
+                gi = int_label(labels.get(inf.key["mig_instance"]))
+                if gi is None:
+                    continue
+                key = (key, gi)
+            for fld, label in inf.fields.items():
+                if labels.get(label):
+                    out.setdefault(fld, {})[key] = labels[label]
+    return out
+
+
+def _note_identity(result: ImportResult, ident: SeriesIdentity, labels: dict[str, str], mapping: Mapping) -> None:
+    """What the summary says about the layout: host labels, pod styles, exporter pods skipped, suspect hosts."""
+    if ident.host_label:
+        result.host_labels[ident.host_label] = result.host_labels.get(ident.host_label, 0) + 1
+    if ident.pod_style:
+        result.pod_styles[ident.pod_style] = result.pod_styles.get(ident.pod_style, 0) + 1
+    result.exporter_pods_skipped += ident.exporter_pods_skipped
+    if ident.host_suspect and ident.host not in result.suspect_hosts:
+        result.suspect_hosts[ident.host] = (ident.host_suspect, node_label_hint(labels, mapping.labels["host"]))
+
+
+def _one_host_everywhere(spill: Path, state: ImportState, result: ImportResult) -> None:
+    """Chunks chose a host per UUID from what they saw; over the whole import each UUID gets one (final_hosts),
+    written back into the spilled rows before anything is staged."""
+    final = final_hosts(state)
+    for uuid, votes in sorted(state.host_votes.items()):
+        if len(votes) > 1:
+            result.merged_hosts[uuid] = (final[uuid], sorted(votes))
+    if not result.merged_hosts:
+        return
+    table = pl.DataFrame({"gpu_uuid": list(final), "_h": list(final.values())})
+    for f in sorted(spill.glob("*.parquet")):
+        df = pl.read_parquet(f)
+        df = (df.join(table, on="gpu_uuid", how="left")
+              .with_columns(pl.coalesce("_h", "host").alias("host")).drop("_h"))
+        df.write_parquet(f)
+
+
+def _summarize(state: ImportState, result: ImportResult, mapping: Mapping) -> None:
+    hosts = final_hosts(state)
+    keys = state.imported
+    result.gpus = len(keys)
+    result.stored_hosts = {hosts.get(u, u) for u, _ in keys}
+    result.hosts = len(result.stored_hosts)
+    result.held_steps, result.held_attributed = state.held_steps, state.held_attributed
+    result.time_sliced = sorted(state.time_sliced)
+    result.mig_gpus = sorted(state.mig_gpus)
+    result.refused = {f"{u} MIG {m} on {hosts.get(u, h)}": why for (h, u, m), why in sorted(state.refused.items())}
+    result.derived = {f"{u} MIG {m}": how for (_, u, m), how in sorted(state.derived.items())}
+    util = set(UTIL)
+    with_rows = {u for u, _ in keys}
+    for (uuid, mig), fields in sorted(state.seen.items()):
+        if (uuid, mig) in keys or any((uuid, mig) == (u, m) for (_, u, m) in state.refused):
+            continue
+        if mig == NO_MIG and uuid in with_rows:
+            continue  # a MIG GPU's device-level series (power): its instances have rows
+        if not fields & util:
+            result.no_utilization.append(f"{uuid}{f' MIG {mig}' if mig != NO_MIG else ''} on "
+                                         f"{hosts.get(uuid, '?')} ({', '.join(sorted(fields))})")
+    result.energy_from_counter = len(state.energy_gpus)
+    result.energy_from_power = len(state.power_gpus - state.energy_gpus)
 
 
 def _append_points(raw: list[Any], tss: list[float], values: list[float], url: str, name: str) -> int:
@@ -175,77 +354,6 @@ def _append_points(raw: list[Any], tss: list[float], values: list[float], url: s
     return len(raw)
 
 
-_LABEL_FIELDS = ("host", "gpu_uuid", "gpu_index", "gpu_name", "mig_instance", "mig_profile",
-                 "k8s_pod", "k8s_namespace", "container", "job_id")
-
-
-def _series_labels(labels: dict[str, str], mapping: Mapping, exporter_pod: re.Pattern[str] | None
-                   ) -> tuple[Any, ...]:
-    """(host, gpu_uuid, gpu_index, gpu_name, mig_instance, mig_profile, pod, namespace, container, job)."""
-    names = mapping.labels
-
-    def first(fld: str) -> tuple[str | None, str | None]:
-        for label in names.get(fld, ()):
-            value = labels.get(label)
-            if value:
-                return label, value
-        return None, None
-
-    host_label, host = first("host")
-    if host_label == "instance" and host:
-        host = re.sub(r":\d+$", "", host)  # an exporter address, not a hostname: drop the port
-    host = host or "unknown"
-    gpu_index = _small_int(*first("gpu_index"), "GPU index")
-    uuid = first("gpu_uuid")[1] or f"{host}/gpu{gpu_index if gpu_index is not None else '?'}"
-    mig = _small_int(*first("mig_instance"), "MIG instance id")
-    mig_profile = first("mig_profile")[1] if mig is not None else None
-    # The pod label picks the naming style; namespace and container come from the same style.
-    pod = namespace = container = None
-    pods, namespaces, containers = (names.get(f, ()) for f in ("k8s_pod", "k8s_namespace", "container"))
-    for i, label in enumerate(pods):
-        if labels.get(label):
-            pod = labels[label]
-            namespace = labels.get(namespaces[i]) if i < len(namespaces) else first("k8s_namespace")[1]
-            container = labels.get(containers[i]) if i < len(containers) else first("container")[1]
-            break
-    if pod and exporter_pod is not None and exporter_pod.search(pod):
-        pod = namespace = container = None
-    job = first("job_id")[1]
-    return (host, uuid, gpu_index, first("gpu_name")[1], mig if mig is not None else _NO_MIG, mig_profile,
-            pod, namespace or None, container or None, job)
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-class _BadLabel(Exception):
-    """A label whose value the dataset cannot hold; _fetch names the series."""
-
-
-SMALLINT_MAX = 32767  # gpu_index and mig_instance are SMALLINT columns
-
-
-def _small_int(label: str | None, value: str | None, what: str) -> int | None:
-    """An integer label (a GPU index, a MIG instance id): a number outside 0-32767 is no such id, and would
-    not fit its column (-1 also stands for "no MIG instance" while grouping); text that is not a number is no
-    label at all, as before."""
-    n = _int(value)
-    if n is not None and not 0 <= n <= SMALLINT_MAX:
-        raise _BadLabel(f'{label}="{value}" is not a {what} (0-{SMALLINT_MAX})')
-    return n
-
-
-_SERIES_SCHEMA = {
-    "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "host": pl.Utf8, "gpu_uuid": pl.Utf8,
-    "gpu_index": pl.Int32, "gpu_name": pl.Utf8, "mig_instance": pl.Int32, "mig_profile": pl.Utf8,
-    "k8s_pod": pl.Utf8, "k8s_namespace": pl.Utf8, "container": pl.Utf8, "job_id": pl.Utf8,
-}
-
-
 # A stored fraction may exceed 1 (or go below 0) by this much, float rounding in the server's averages
 # (100.0001 %), and is then clipped; anything further out is an error.
 ROUNDING = 1e-5
@@ -257,6 +365,7 @@ _LIMITS = {
     "energy_j": (0.0, _FLOAT32_MAX, "energy", "J"),
     "fb_used": (0.0, 2.0**61, "framebuffer memory used", "bytes"),
     "fb_free": (0.0, 2.0**61, "framebuffer memory free", "bytes"),
+    "mem_total": (0.0, 2.0**61, "framebuffer memory total", "bytes"),
     "temp_c": (-273.15, float(SMALLINT_MAX), "temperature", "°C"),
 }
 
@@ -267,6 +376,9 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
     query answers on its grid only), a utilization above 100 % or below 0, a negative power, energy or memory,
     a temperature below absolute zero, or a value too large for its column (_LIMITS). The error names the
     metric, the series' labels and the first bad timestamp."""
+    counts = [i for i, (fld, name, _) in enumerate(raw) if fld == COUNT]
+    if counts:
+        points = points.filter(~pl.col("sid").is_in(counts))
     lo_t, hi_t = first.timestamp() - 1, last.timestamp() + 1
     bad = points.filter(~pl.col("ts").is_finite() | ~pl.col("ts").is_between(lo_t, hi_t))
     if bad.height:
@@ -277,6 +389,10 @@ def _check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]
             f"the queried window {first:%Y-%m-%dT%H:%M:%SZ} .. {last:%Y-%m-%dT%H:%M:%SZ}; nothing imported")
     lows, highs = [], []
     for fld, _, _ in raw:
+        if fld == COUNT:  # samples per step: left out above
+            lows.append(-math.inf)
+            highs.append(math.inf)
+            continue
         factor = mapping.factor(fld)
         if fld in _FRACTIONS:
             lows.append(-ROUNDING / factor)
@@ -319,82 +435,6 @@ def _when(ts: float) -> str:
         return f"timestamp {ts:g}"
 
 
-def _rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping: Mapping, step_s: int
-          ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One chunk's answers (checked by _check_points) -> (sample rows, process rows) in the dataset's
-    columns."""
-    series = pl.DataFrame(series_rows, schema=_SERIES_SCHEMA, orient="row")
-    key = list(KEY)
-    long = (points.filter(pl.col("value").is_finite())
-            .with_columns(pl.col("ts").round(0).cast(pl.Int64))
-            .join(series, on="sid"))
-    # Several series can describe one GPU at one time (a pod label changed mid-step, or a preferred and
-    # a fallback metric): keep the most preferred name, average what is left.
-    best = (long.group_by([*key, "ts", "field", "prio"]).agg(pl.col("value").mean())
-            .sort("prio").group_by([*key, "ts", "field"]).agg(pl.col("value").first()))
-    if best.height:
-        wide = best.pivot(on="field", index=[*key, "ts"], values="value")
-    else:
-        wide = pl.DataFrame(schema={"host": pl.Utf8, "gpu_uuid": pl.Utf8, "mig_instance": pl.Int32,
-                                    "ts": pl.Int64})
-    wide = wide.with_columns([pl.lit(None, pl.Float64).alias(f) for f in
-                              ("sm_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active",
-                               "mem_util", "fb_used", "fb_free", "power_w", "energy_j", "temp_c")
-                              if f not in wide.columns])
-    wide = wide.filter(pl.col("sm_active").is_not_null() | pl.col("duty_cycle").is_not_null())
-
-    attrs = (long.group_by(key)
-             .agg(pl.col("gpu_index").drop_nulls().first(), pl.col("gpu_name").drop_nulls().first(),
-                  pl.col("mig_profile").drop_nulls().first()))
-    fractions = [gpu_fraction(p, n) if m != _NO_MIG else 1.0
-                 for m, p, n in attrs.select("mig_instance", "mig_profile", "gpu_name").iter_rows()]
-    attrs = attrs.with_columns(pl.Series("gpu_fraction", fractions, pl.Float64))
-
-    procs = (long.filter(pl.col("k8s_pod").is_not_null() | pl.col("job_id").is_not_null())
-             .select(*key, "ts", "k8s_pod", "k8s_namespace", "container", "job_id").unique()
-             .join(wide.select(*key, "ts"), on=[*key, "ts"], how="semi"))
-    counts = procs.group_by([*key, "ts"]).agg(pl.len().alias("n_processes"))
-
-    def scaled(fld: str) -> pl.Expr:
-        factor = mapping.factor(fld) if fld in mapping.metrics else 1.0
-        expr = pl.col(fld) * factor
-        return expr.clip(0.0, 1.0) if fld in _FRACTIONS else expr  # only rounding is left to clip
-
-    mib_used = scaled("fb_used")
-    samples = (wide.join(attrs, on=key, how="left").join(counts, on=[*key, "ts"], how="left")
-               .select(
-                   _ts(),
-                   pl.lit(float(step_s)).alias("interval_s"),
-                   "host", "gpu_uuid", "gpu_index", "gpu_name",
-                   _mig(), "mig_profile", "gpu_fraction",
-                   *(scaled(f).alias(f) for f in _FRACTIONS),
-                   mib_used.round(0).cast(pl.Int64).alias("mem_used_bytes"),
-                   (mib_used + scaled("fb_free")).round(0).cast(pl.Int64).alias("mem_total_bytes"),
-                   scaled("power_w").alias("power_w"),
-                   scaled("energy_j").alias("energy_j"),
-                   scaled("temp_c").round(0).cast(pl.Int16).alias("temp_c"),
-                   # Pods/jobs on the GPU; without any, framebuffer memory in use shows an
-                   # unattributed process holding it (a CUDA context alone takes a few hundred MiB).
-                   pl.when(pl.col("n_processes").is_not_null()).then(pl.col("n_processes"))
-                   .when(mib_used >= HELD_MEM_BYTES).then(1).otherwise(0).cast(pl.Int16)
-                   .alias("n_processes"),
-                   pl.when(pl.col("sm_active").is_not_null()).then(pl.lit(schema.SOURCE_PROM_DCGM))
-                   .otherwise(pl.lit(schema.SOURCE_PROM_DCGM_UTIL)).alias("source"),
-               ))
-    processes = procs.select(_ts(), "host", "gpu_uuid", _mig(), pl.lit(None, pl.Int32).alias("pid"),
-                             "job_id", "k8s_namespace", "k8s_pod", "container")
-    return samples, processes
-
-
-def _ts() -> pl.Expr:
-    return pl.from_epoch(pl.col("ts"), time_unit="s").dt.replace_time_zone("UTC").alias("ts")
-
-
-def _mig() -> pl.Expr:
-    return (pl.when(pl.col("mig_instance") == _NO_MIG).then(None).otherwise(pl.col("mig_instance"))
-            .cast(pl.Int16).alias("mig_instance"))
-
-
 # ---------------------------------------------------------------------------------------------- write
 
 
@@ -408,6 +448,8 @@ class _Changes:
     removals: list[Path] = field(default_factory=list)
     # (table, host, date) -> names of that partition's files the new importer file replaces: its compaction record
     replaced: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    # (table, host, date, new name, old name): another producer's file written again without the replaced rows
+    rewrites: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     # A new name per import: a name the importer used before may be listed by a compaction record (kept by
     # the store), which would hide a new file under that name.
     name: str = field(default_factory=lambda: f"{FILE_STEM}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid4().hex[:8]}")
@@ -549,7 +591,10 @@ def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, g
     dropped = 0
     mask = (_prom_rows(table) & pl.col("ts").is_between(start, end, closed="right")
             & _gpu_key().is_in(gpus)).fill_null(False)
+    hidden = journal.hidden_names(part_dir, os.listdir(part_dir))  # replaced, kept for open readers
     for f in sorted(part_dir.glob("*.parquet")):
+        if f.name in hidden:
+            continue
         try:
             # Other producers' files are only counted (column statistics make that cheap); read in
             # full only the importer's own file and files that hold rows to replace.
@@ -569,7 +614,12 @@ def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, g
             changes.replaced.setdefault((table, host, day), []).append(f.name)
         elif n:
             if rest.height:
-                store.write_table(changes.stage, table, rest, name=f.stem)
+                # A new name, never the same one rewritten in place: a reader that listed the old version must
+                # find it or miss it (and list again), never read another version under its name.
+                stem = new_stem(f.stem.split("-")[0] or "part")
+                store.write_table(changes.stage, table, rest, name=stem)
+                changes.removals.append(f)
+                changes.rewrites.append((table, host, day, f"{stem}.parquet", f.name))
             else:
                 changes.removals.append(f)
                 changes.replaced.setdefault((table, host, day), []).append(f.name)
@@ -595,6 +645,9 @@ def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
             atomic.fsync(new)
             result.files.append(root / new.relative_to(changes.stage))
         atomic.write_synced(part / journal.record_name(), journal.encode(new.name, sorted(old)))
+    for table, host, day, new_name, old_name in changes.rewrites:
+        record = store.partition_dir(changes.stage, table, host, day) / journal.record_name()
+        atomic.write_synced(record, journal.encode(new_name, [old_name]))
 
 
 def _own(f: Path) -> bool:
@@ -616,30 +669,39 @@ def _publish(root: Path, changes: _Changes) -> None:
     records = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob(f"{store.JOURNAL_PREFIX}*.json"))
     staged = records + sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
     done: list[tuple[Path, Path | None]] = []  # (dataset path, its previous version aside, or None if new)
-    try:
-        for i, new in enumerate(staged):
-            final = root / new.relative_to(changes.stage)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            previous = _set_aside(final, aside / f"{i}.parquet")
-            done.append((final, previous))
-            os.replace(new, final)
-        for i, f in enumerate(changes.removals):
-            previous = aside / f"removed-{i}.parquet"
-            os.replace(f, previous)
-            done.append((f, previous))
-    except OSError:
-        for final, previous in reversed(done):
-            try:
-                if previous is not None:
-                    os.replace(previous, final)
-                else:
-                    final.unlink(missing_ok=True)
-            except OSError as e:  # cannot happen short of the disk going away; say what is left where
-                log.error("import: could not restore %s from %s: %s", final, previous, e)
-        raise
+    # Under the publish lock, a reader lists the dataset before or after all of it (store/readers.py). The
+    # removed files stay (their records hide them) while a reader has the dataset open: it may have listed
+    # them; the next compaction removes them.
+    with readers.publishing(root), readers.unread(root) as free:
+        try:
+            for i, new in enumerate(staged):
+                final = root / new.relative_to(changes.stage)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                previous = _set_aside(final, aside / f"{i}.parquet")
+                done.append((final, previous))
+                os.replace(new, final)
+            for i, f in enumerate(changes.removals if free else ()):
+                previous = aside / f"removed-{i}.parquet"
+                os.replace(f, previous)
+                done.append((f, previous))
+        except OSError:
+            _restore(done)
+            raise
     for d in sorted({f.parent for f, _ in done}):  # the renames are durable once their directories are synced
         with contextlib.suppress(OSError):
             atomic.fsync(d)
+
+
+def _restore(done: list[tuple[Path, Path | None]]) -> None:
+    """Put every touched file back as it was before a failed publish."""
+    for final, previous in reversed(done):
+        try:
+            if previous is not None:
+                os.replace(previous, final)
+            else:
+                final.unlink(missing_ok=True)
+        except OSError as e:  # cannot happen short of the disk going away; say what is left where
+            log.error("import: could not restore %s from %s: %s", final, previous, e)
 
 
 def _set_aside(final: Path, previous: Path) -> Path | None:
@@ -652,3 +714,63 @@ def _set_aside(final: Path, previous: Path) -> Path | None:
     except OSError:
         os.replace(final, previous)
     return previous
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def summary(result: ImportResult) -> tuple[list[str], list[str]]:
+    """(lines for stdout, notes for stderr): what was imported, the layout detected, and what could not be
+    attributed or measured. The CLI prints them; tests read them."""
+    preset = PRESETS.get(result.exporter)
+    how = "detected" if result.exporter_detected else "given with --exporter"
+    parts = [f"exporter {result.exporter} ({preset.title if preset else '?'}, {how})"]
+    if result.host_labels:
+        parts.append("hosts from " + ", ".join(f"{k} ({v} series)" for k, v in sorted(result.host_labels.items())))
+    if result.pod_styles:
+        parts.append("pods from " + ", ".join(f"{k} ({v} series)" for k, v in sorted(result.pod_styles.items())))
+    if result.exporter_pods_skipped:
+        parts.append(f"{result.exporter_pods_skipped} exporter-pod label sets skipped")
+    if result.time_sliced:
+        parts.append(f"time-sliced GPUs (per-pod shares as process rows): {len(result.time_sliced)}")
+    if result.mig_gpus:
+        parts.append(f"MIG GPUs: {len(result.mig_gpus)} (power and energy split over their instances, once)")
+    out = ["layout: " + "; ".join(parts)]
+    if result.held_steps:
+        rest = result.held_steps - result.held_attributed
+        out.append(f"held steps: {result.held_attributed} of {result.held_steps} got a pod or job"
+                   + (f" ({rest} held by framebuffer memory only: no pod or job label)" if rest else ""))
+    energy = [f"from the counter on {result.energy_from_counter} GPUs"] if result.energy_from_counter else []
+    if result.energy_from_power:
+        energy.append(f"estimated from power on {result.energy_from_power} GPUs (no energy counter)")
+    if energy:
+        out.append("energy: " + "; ".join(energy))
+    notes: list[str] = []
+    engine = sum(n for s, n in result.sources.items() if s in schema.ENGINE_ACTIVE_SOURCES)
+    if engine:
+        notes.append(f"{engine} rows measure engine-active, not SM activity (GR_ENGINE_ACTIVE: the time any SM had "
+                     "work, an upper bound). To measure SM activity, add this line to the dcgm-exporter counters "
+                     f"CSV: {schema.DCGM_SM_ACTIVE_CSV_LINE}")
+    util_only = sum(n for s, n in result.sources.items() if s.endswith("-util"))
+    if util_only:
+        notes.append(f"{util_only} rows have no SM activity or engine-active metric: their duty cycle is an upper "
+                     "bound on SM activity")
+    for uuid, (kept, values) in sorted(result.merged_hosts.items()):
+        notes.append(f"{uuid} was reported under {len(values)} host values ({', '.join(values)}): one GPU, "
+                     f"stored on {kept}")
+    for host, (why, hint) in sorted(result.suspect_hosts.items()):
+        if host not in result.stored_hosts:
+            continue  # a value no GPU is stored under (another label won)
+        fix = (f"give --label host={hint} (that label seems to hold the node name)" if hint else
+               "relabel the node name onto the series (__meta_kubernetes_pod_node_name -> node) or give "
+               "--label host=LABEL")
+        notes.append(f"host value {host} looks like {'an' if why[0] in 'aeiou' else 'a'} {why} rather than a node "
+                     f"name: {fix}")
+    for what, why in result.refused.items():
+        notes.append(f"{what} not imported: {why}")
+    for what, how in result.derived.items():
+        notes.append(f"{what}: no GPU_I_PROFILE label; fraction derived: {how}")
+    for what in result.no_utilization:
+        notes.append(f"{what} has series but no utilization series: not imported")
+    notes += result.notes
+    return out, notes

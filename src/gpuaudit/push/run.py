@@ -53,7 +53,7 @@ from typing import IO, Any, Protocol, cast
 
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import remote
+from gpuaudit.store import readers, remote
 from gpuaudit.util import atomic, jsonio, paths
 
 log = logging.getLogger("gpuaudit.push")
@@ -132,6 +132,7 @@ class DirTarget:
             self.root.mkdir(exist_ok=True)  # not its parents: a missing mount point must not become a directory
         except FileNotFoundError:
             raise GpuauditError(f"cannot push to {self.root}: its parent directory does not exist") from None
+        readers.prepare(self.root)  # a reader of the target that opens from now on holds off the prune
         mark = self.root / store.PUSH_TARGET
         if not mark.exists():
             mark.write_text("gpuaudit push collects node datasets here; compact them on the nodes, not here\n")
@@ -549,6 +550,18 @@ class _Run:
                 if n in done and not self.manifest.entries.get(f"{prefix}/{n}", {}).get("p")}
         hidden = store.superseded(done, list(records.values()))
         there = self.attempt(f"listing {prefix}", self.target.names, prefix) if todo else set()
+        # A collection directory's open readers may have listed the superseded files: they stay (hidden by the
+        # record) until a push finds no reader (store/readers.py). An s3:// target's readers list again.
+        with (readers.unread(self.target.root) if isinstance(self.target, DirTarget) and todo
+              else contextlib.nullcontext(True)) as free:
+            if not free:
+                log.info("push: keeping the superseded files of %s while a reader has %s open (hidden; the next "
+                         "push removes them)", prefix, self.target.url)
+                return
+            self._prune(prefix, todo, hidden, there, done)
+
+    def _prune(self, prefix: str, todo: dict[str, dict[str, Any]], hidden: set[str], there: set[str],
+               done: set[str]) -> None:
         for name, record in sorted(todo.items()):
             if record["new"] not in done and record["new"] not in hidden:
                 continue  # its merged file is not confirmed yet (or never landed): the inputs stay

@@ -155,7 +155,14 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     fig, ctx = _figure(2.6, "heatmap")
     ax = fig.add_subplot()
     # pcolormesh, not imshow: vector cells (crisp in print, no embedded bitmap).
-    im = ax.pcolormesh(np.ma.masked_invalid(data), cmap="Blues", vmin=0, vmax=1, edgecolors="white", linewidth=0.3)
+    # The colour scale spans the data (a fleet at 5-15 % was one pale shade on a fixed 0-100 % scale); the
+    # colour bar's ticks say what the shades mean.
+    finite = data[np.isfinite(data)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if hi - lo < 1e-6:
+        lo, hi = max(0.0, lo - 0.01), hi + 0.01
+    im = ax.pcolormesh(np.ma.masked_invalid(data), cmap="Blues", vmin=lo, vmax=hi, edgecolors="white",
+                       linewidth=0.3)
     ax.invert_yaxis()
     ax.set_yticks([d + 0.5 for d in range(7)], _DAYS)
     ax.set_xticks([h + 0.5 for h in range(0, 24, 3)], [f"{h:02d}:00" for h in range(0, 24, 3)])

@@ -13,6 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from gpuaudit import schema
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     AnalysisResult,
@@ -103,6 +104,11 @@ def _fig(label: str, figure: Figure, *, emphasis: bool = False, text: str | None
     return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
 
 
+def _explained(f: KeyFigure, words: str) -> KeyFigure:
+    """The figure with its jargon explained in front of its formula."""
+    return KeyFigure(f.label, f.text, f"{words} — {f.source}", f.emphasis)
+
+
 def _cell(value: Any, unit: str) -> str:
     if value is None:
         return fmt.MISSING["cell"]
@@ -174,10 +180,11 @@ def _verdict(r: AnalysisResult) -> Verdict:
     rec = d.recommendation
     current = d.inputs.current.value
     rule_branch = d.branch.value
-    if rec == "hybrid":
-        headline = f"Go hybrid: own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
-    else:
-        headline = _HEADLINES.get((rec, current), rec)
+    headline = "Go hybrid" if rec == "hybrid" else _HEADLINES.get((rec, current), rec)
+    if d.action:  # the plan in counts: what to sell, keep, buy, reserve and rent
+        headline += f": {d.action}"
+    elif rec == "hybrid":
+        headline += f": own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
     if not d.determined:
         headline += " (the utilization rule cannot tell: measure SM activity)"
     elif not d.agrees_with_costs:
@@ -211,10 +218,14 @@ def _verdict(r: AnalysisResult) -> Verdict:
                 if u.real_is_upper_bound else _fig("Real utilization (SM active)", u.real_utilization, emphasis=True))
     figs = [
         real_fig,
-        _fig("Believed utilization (runtime hours)", u.runtime_utilization),
-        _fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        _fig("Believed (held-hour) utilization: hours a job held the GPU", u.runtime_utilization),
+        _explained(_fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+                   "believed − real utilization; pp = percentage points"),
         _cheapest_figure(r),
     ]
+    lever = _lever_figure(r)
+    if lever is not None:
+        figs.append(lever)
     reason = (f"the trial covers {r.trial.days:.1f} days, less than the minimum for a firm decision; "
               f"collect more data and re-run")
     return Verdict(
@@ -229,6 +240,20 @@ def _verdict(r: AnalysisResult) -> Verdict:
         figures=tuple(figs),
         cost_note=_cost_note(r),
     )
+
+
+def _lever_figure(r: AnalysisResult) -> KeyFigure | None:
+    """The consolidation lever beside the buy/rent answer: how many GPUs the work fits on, what that saves and
+    how (never part of "cheapest": it changes how GPUs are held)."""
+    c = r.consolidation
+    if c is None or c.saving_usd <= 0:
+        return None
+    how = "; ".join(c.how) if c.how else "pack the work onto fewer GPUs"
+    return KeyFigure(
+        "Biggest lever: consolidation (not in “cheapest”)",
+        f"the work fits on {c.fits_on_gpus:,} GPUs: {fmt.money(c.saving_usd)} less than the recommended plan",
+        f"ceil(peak SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target); "
+        f"{c.plan}: {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. How: {how}")
 
 
 def _cost_note(r: AnalysisResult) -> str:
@@ -284,12 +309,13 @@ def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
 # -- 1. believed vs real -----------------------------------------------------------------------------------
 
 def _phantom_formula(r: AnalysisResult) -> str:
-    """How the phantom dollars come about, with the numbers (the analysis computed them: costs.phantom_usd)."""
-    rate = r.costs.cloud_effective_usd_per_gpu_hour.value
+    """How the phantom dollars come about, with the numbers (the analysis computed them: costs.phantom_usd), at
+    the flexible price: what an hour released would save, the price on the card in section 5."""
+    rate = r.costs.cloud_flexible_usd_per_gpu_hour.value
     if rate is None:
         return ""
     trial_hours = max(r.trial.days * 24, 1e-9)
-    return (f"(R − S) × cloud effective rate = {fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
+    return (f"(R − S) × the cloud flexible price (section 5) = {fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
             f"${rate:,.2f}/GPU-h; per year: × {HOURS_PER_YEAR:,.0f} h ÷ {trial_hours:,.0f} trial hours")
 
 
@@ -300,11 +326,12 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
     at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
     gap_hours = u.phantom_gpu_hours.value
     figs = [
-        _fig("Believed: runtime-hour utilization R/W", u.runtime_utilization),
+        _fig("Believed (held-hour) utilization R/W: hours a job held the GPU", u.runtime_utilization),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
-        _fig("Phantom gap R/W − S/W", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
-        KeyFigure("Phantom GPU-hours R − S", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
-                  "runtime GPU-hours minus real GPU-hours over the trial"),
+        _fig("Phantom gap R/W − S/W (pp = percentage points)", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
+        KeyFigure("Held but did no work (R − S)", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
+                  "held GPU-hours R minus SM-active GPU-hours S over the trial: the one measure of held time that "
+                  "did no work (section 2's idle-held hours are the part with the SMs fully idle)"),
         KeyFigure("Phantom gap in dollars (trial)", at_least_sign + fmt.money(trial_usd), formula),
         KeyFigure("… per year at this rate", at_least_sign + fmt.money(per_year), formula, emphasis=True),
         _fig("Efficiency while held S/R", u.efficiency_while_held),
@@ -331,8 +358,15 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
                   numeric=(False, True, False, False), caption="The hours behind the ratios")
     notes = []
     if u.real_is_upper_bound:
-        notes.append(f"Part of the fleet reports only the duty cycle ({fmt.pct(u.upper_bound_share.value)} of "
-                     "observed hours): there S uses the duty cycle, so real utilization is an upper bound.")
+        notes.append(f"Part of the fleet reports no SM activity, only engine-active or the duty cycle "
+                     f"({fmt.pct(u.upper_bound_share.value)} of observed hours): there S uses those, so real "
+                     "utilization is an upper bound.")
+    engine = [s for s in r.trial.sources if s in schema.ENGINE_ACTIVE_SOURCES]
+    if engine:
+        notes.append(f"Rows from {', '.join(engine)} measure engine-active, not SM activity: the time any SM had "
+                     "work (one busy SM of 132 reads 100 %), an upper bound tighter than the duty cycle. To measure "
+                     "SM activity, add this line to the dcgm-exporter counters CSV (it ships commented out): "
+                     f"{schema.DCGM_SM_ACTIVE_CSV_LINE}")
     at_most = "at most " if u.real_is_upper_bound else ""
     at_least = "at least " if u.real_is_upper_bound else ""
     lead = (f"The fleet looks {fmt.pct(u.runtime_utilization.value)} used if you count the hours a job held a "
@@ -351,7 +385,8 @@ def _v(f: Figure) -> float:
 def _waste(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u, b = r.utilization, r.breakdowns
     figs = [
-        _fig("Idle-held GPU-hours", u.idle_held_gpu_hours, emphasis=True),
+        _fig("Idle-held GPU-hours: held with the SMs fully idle (part of section 1's held but did no work)",
+             u.idle_held_gpu_hours, emphasis=True),
         _fig("GPUs never used", u.never_used_count),
     ]
     charts_: list[Chart] = []
@@ -406,7 +441,8 @@ def _when(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         charts_.append(Chart("hour-of-week", "Real utilization by hour of week",
                              charts.hour_of_week_heatmap(grid, "Real utilization by hour of week (UTC)"),
                              caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
-                                     "averaged over the trial."))
+                                     "averaged over the trial. The colour scale spans the lowest to the highest "
+                                     "cell (see the bar), not 0-100 %."))
     wk, w = b.per_week, PerWeekColumns
     week, rt, rl = w.WEEK, w.RUNTIME_UTILIZATION, w.REAL_UTILIZATION
     wk.require(week, rt, rl)
@@ -438,22 +474,27 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     h, be, c = r.hybrid, r.break_even, r.costs
     hurdle = h.hurdle_gpus.value
     figs = [
-        KeyFigure("Hybrid: GPUs to own (best N ≥ 1)", f"{h.n_owning:,}",
-                  "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
-                  f"series ({h.demand_basis}); N* over N ≥ 0 is {h.n_star:,} (0 = renting everything is cheapest)",
+        KeyFigure("GPUs to own (the recommended plan)", f"{_owned_by_recommendation(r):,}",
+                  f"the owned GPUs of the recommended plan ({_recommended_label(r)}); the figures below are checks",
                   emphasis=True),
-        KeyFigure("Critical-fractile check", f"{h.critical_fractile_n:,}",
+        KeyFigure("Check: best hybrid (own N ≥ 1, rent above)", f"{h.n_owning:,}",
+                  "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
+                  f"series ({h.demand_basis}); the best N ≥ 0 (written N*) is {h.n_star:,} (0 = renting "
+                  "everything is cheapest)"),
+        KeyFigure("Check: critical fractile (fixed costs left out)", f"{h.critical_fractile_n:,}",
                   f"largest N with demand ≥ N at least c_own/c_cloud of the time (fixed costs left out; "
                   f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
                   "the best N ≥ 1"),
-        KeyFigure("Owning pays only above", "never at these prices" if hurdle is None else f"~{hurdle:,.1f} busy GPUs",
+        KeyFigure("Check: owning pays only above", "never at these prices" if hurdle is None
+                  else f"~{hurdle:,.1f} busy GPUs",
                   f"{h.hurdle_gpus.formula}; fixed costs {fmt.money(h.fixed_cost_usd)}"),
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
         _fig("Break-even held-hour utilization", be.held_utilization, emphasis=True,
              text="never (renting is cheaper even fully held)" if be.never else None),
-        KeyFigure("Measured held-hour utilization", fmt.pct(be.measured_held),
-                  "mean fleet-scaled GPUs held ÷ fleet GPUs: what the cloud would bill"),
+        KeyFigure("Measured held-hour (believed) utilization", fmt.pct(be.measured_held),
+                  "mean fleet-scaled GPUs held ÷ fleet GPUs: section 1's believed utilization R/W scaled to the "
+                  "fleet, what the cloud would bill"),
         _fig("… as real utilization at today's efficiency", be.real_equivalent,
              text="never" if be.never else None),
     ]
@@ -483,7 +524,8 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                                                      be.curve.values(k.OWNED_USD_PER_GPU_YEAR), be.measured_held,
                                                      None if be.never else u_star, "USD per GPU-year (PV)",
                                                      "held-hour utilization"),
-                             caption=f"Owning ({be.own_reference}): {fmt.money(be.own_usd)} over "
+                             caption=f"Owning ({_REFERENCE_WORDS.get(be.own_reference, be.own_reference)}): "
+                                     f"{fmt.money(be.own_usd)} over "
                                      f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
                                      f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
                                      "compute at today's held hours, in proportion to them; equal to owning at u* "
@@ -499,13 +541,40 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                              caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N "
                                      "(N = 0: all cloud)."))
     tables = ()
-    verdict = "renting is cheaper" if be.verdict == "cloud" else "owning is cheaper"
+    whole = _REFERENCE_WORDS.get(be.own_reference, be.own_reference)
+    verdict = (f"renting all of it is cheaper than {whole}" if be.verdict == "cloud"
+               else f"{whole} is cheaper than renting all of it")
     lead = (f"Demand peaked at {fmt.unit_value(h.peak_demand.value, 'count')} GPUs and averaged "
-            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours: owning pays above "
-            f"{fmt.pct(u_star)} held-hour utilization; the fleet's is {fmt.pct(be.measured_held)}, so {verdict}.")
+            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours (a job holds the GPU, busy or not): "
+            f"{whole} ({c.fleet_gpus:,} GPUs) pays against renting all of its demand above "
+            f"{fmt.pct(u_star)} held-hour utilization (u*); the fleet's is {fmt.pct(be.measured_held)}, so {verdict}. "
+            f"This compares the two extremes; the recommended plan ({_recommended_label(r)}) is the cheapest of all "
+            "the plans, in section 5.")
     if be.never:
-        lead = "Renting is cheaper than owning even with every GPU held all the time, at these prices."
+        lead = (f"Renting all of the demand is cheaper than {whole} even with every GPU held all the time, at these "
+                f"prices; the recommended plan is {_recommended_label(r)}.")
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
+
+
+# What the break-even's own_reference means, in words (the result keeps the machine key).
+_REFERENCE_WORDS = {
+    "buy-the-fleet": "buying the whole fleet",
+    "keep-the-owned-fleet": "keeping the GPUs owned today",
+    "keep-owned-and-buy-the-rest": "keeping the GPUs owned today and buying the rest of the fleet",
+    "keep-the-fleet-sell-the-rest": "keeping the fleet's GPUs and selling the surplus",
+}
+
+
+def _recommended_label(r: AnalysisResult) -> str:
+    sid = r.decision.recommended_scenario or r.costs.cheapest
+    s = _scenario(r, sid)
+    return (s.label if s else sid).lower()
+
+
+def _owned_by_recommendation(r: AnalysisResult) -> int:
+    sid = r.decision.recommended_scenario or r.costs.cheapest
+    s = _scenario(r, sid)
+    return int(s.owned_gpus) if s else 0
 
 
 # hybrid.demand_basis -> the duration curve's column (the curve is of the series the hybrid is sized on)
@@ -529,7 +598,8 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                          fmt.money(s.monthly_usd), fmt.money(s.total.value, exact=True)))
         return tuple(rows)
 
-    cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "per month", f"total, {months} months")
+    cols = ("scenario", "what it means", "owned GPUs", "cloud GPU-hours", "PV ÷ months (not cash)",
+            f"total, {months} months")
     rate = f"{c.discount_rate_per_year:.0%}/year"
     table = ReportTable(columns=cols, rows=rows_of(base), numeric=(False, False, True, True, True, True),
                   caption=f"Present value per scenario over {months} months at {rate} (cost model preset: {c.preset})")
@@ -544,7 +614,21 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
-                "is still worth it)",
+                "is still worth it; owned value kept: today's resale value of the owned GPUs a plan keeps, the "
+                "money keeping them forgoes)",
+    )
+    years = max(1, -(-months // 12))
+    cash = ReportTable(
+        columns=("scenario", "capex", "payback vs all cloud", *[f"year {y + 1}" for y in range(years)]),
+        rows=tuple((s.label, fmt.money(s.capex_usd) if s.capex_usd else "—",
+                    (f"{s.payback_months:.1f} months" if s.payback_months is not None else
+                     f"not within {months} months" if s.capex_usd else "—"),
+                    *[fmt.money(sum(s.cash_usd_by_month[12 * y:12 * y + 12])) for y in range(years)])
+                   for s in base if s.cash_usd_by_month),
+        numeric=(False, True, True, *[True] * years),
+        caption="Cash, not present value: what each plan pays per year (capital when it is paid, resale back in the "
+                "last month); simple payback of each plan that buys hardware: the month its cumulative cash falls to "
+                "renting everything (resale left out)",
     )
     step("chart: cost per scenario")
     ids = [s.id for s in base]
@@ -553,9 +637,11 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                                         ids.index(c.cheapest) if c.cheapest in ids else None,
                                         f"USD over {months} months (PV)"))
     figs = [
-        _fig("Cloud on-demand price per GPU-hour", c.cloud_usd_per_gpu_hour),
-        _fig("Cloud flexible price per GPU-hour", c.cloud_flexible_usd_per_gpu_hour),
-        _fig("Cloud reserved price per GPU-hour (24/7)", c.cloud_reserved_usd_per_gpu_hour),
+        _fig("Cloud on-demand list price per GPU-hour (the card the others derive from)", c.cloud_usd_per_gpu_hour),
+        _fig("Cloud flexible price per GPU-hour: every hour not reserved (bursts, waste in dollars)",
+             c.cloud_flexible_usd_per_gpu_hour),
+        _fig("Cloud reserved price per GPU-hour, billed 24/7: used only where cheaper than flexible",
+             c.cloud_reserved_usd_per_gpu_hour),
         _fig("Owned cost per GPU-hour (marginal)", c.owned_usd_per_gpu_hour),
         _fig(f"Power per GPU ({c.power_source})", c.power_w_per_gpu),
         KeyFigure("Fleet", f"{c.fleet_gpus:,} GPUs, {c.owned_gpus:,} owned",
@@ -575,7 +661,7 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                      "disagree: the recommendation follows the cost model; check the prices in Method and "
                      "assumptions.")
     return Section("costs", f"Cost per scenario over {months} months", lead, tuple(figs), (chart,),
-                   (table, plans, comp), tuple(notes))
+                   (table, plans, comp, cash), tuple(notes))
 
 
 # -- 6. sensitivity ----------------------------------------------------------------------------------------
@@ -584,20 +670,24 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     s = r.sensitivity
     t, tc = s.tornado, TornadoColumns
     charts_: list[Chart] = []
-    name, low, high, base = tc.PARAMETER, tc.LOW_DIFF_USD, tc.HIGH_DIFF_USD, tc.BASE_DIFF_USD
-    t.require(name, low, high, base)
+    # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
+    # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
+    name, low, high, base = tc.PARAMETER, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD
+    t.require(name, low, high, base, tc.PLAN)
     if t.rows:
         base_value = float(t.rows[0].get(base) or 0)
+        plan = _scenario(r, str(t.rows[0].get(tc.PLAN, "")))
+        plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
             charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
                            [float(x.get(high) or 0) for x in t.rows], base_value,
-                           "all-cloud minus cheapest owning scenario, USD",
+                           f"{plan_name}: margin over the next cheapest plan, USD",
                            f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
-            caption=f"All-cloud minus the cheapest owning scenario over the horizon with one input at "
-                    f"−{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the configured "
-                    "inputs. Above $0 owning is cheaper, below it renting is."))
+            caption=f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest plan over the "
+                    f"horizon, with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid "
+                    "line is the configured inputs. Below $0 another plan becomes the cheapest."))
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
     tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "

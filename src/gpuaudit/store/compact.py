@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +20,17 @@ import duckdb
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance
+from gpuaudit.store import conformance, readers
 from gpuaudit.store.base import PUSH_TARGET, SORT_KEYS, connect, first_line, local_root, new_stem, sql_str, staging_dir
-from gpuaudit.store.journal import JOURNAL_PREFIX, acting_records, load_journal, record_name, write_record
+from gpuaudit.store.journal import (
+    JOURNAL_PREFIX,
+    acting_records,
+    hidden_names,
+    load_journal,
+    record_name,
+    superseded,
+    write_record,
+)
 from gpuaudit.store.reader import find_damaged, parquet_problem
 from gpuaudit.store.writer import copy_to
 from gpuaudit.util.atomic import fsync, publish
@@ -43,25 +51,51 @@ class CompactStats:
     bytes_after: int = 0
     recovered: int = 0  # journals of interrupted compactions finished
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    kept: int = 0  # replaced files left in place (hidden) because a reader had the dataset open: removed later
 
 
-def finish_journals(part_dir: Path) -> int:
-    """Complete (or discard) compactions interrupted by a crash. A finished compaction's record stays: it is
-    what `gpuaudit push` ships so that a collection target that already holds the old files hides them."""
+# A compaction step, for tests that interleave readers with every one: (step, path) with step "record" (the
+# record is published), "merged" (the merged file is), "removed" (the replaced files are deleted) or "kept".
+StepHook = Callable[[str, Path], None]
+
+
+def remove_replaced(root: Path, files: Sequence[Path], on_step: StepHook | None = None) -> bool:
+    """Delete files a published compaction record replaces (readers already hide them) when no reader has the
+    dataset open (readers.unread); else keep them for the next compaction. Returns whether they were deleted."""
+    with readers.unread(root) as free:
+        if free:
+            for f in files:
+                f.unlink(missing_ok=True)
+    if not free and files:
+        log.info("compact: keeping %d replaced file(s) in %s while a reader has %s open (they are hidden; the "
+                 "next compaction removes them)", len(files), files[0].parent, root)
+    if on_step and files:  # after the lock is released: the hook may open readers
+        on_step("removed" if free else "kept", files[0].parent)
+    return free
+
+
+def finish_journals(part_dir: Path, on_step: StepHook | None = None) -> int:
+    """Complete (or discard) compactions interrupted by a crash, and remove the replaced files an earlier one
+    kept for its readers. A finished compaction's record stays: it is what `gpuaudit push` ships so that a
+    collection target that already holds the old files hides them."""
     n = 0
+    root = part_dir.parents[2]  # <root>/<table>/host=*/date=*
     loaded = {j: load_journal(j) for j in sorted(part_dir.glob(f"{JOURNAL_PREFIX}*.json"))}
     # A malformed one is reported and never acted on (it could name files it has nothing to do with), nor one
     # on a cycle (acting_records): it would delete a file whose rows no other file holds.
-    for journal, entry in acting_records({j: e for j, e in loaded.items() if e is not None}, part_dir).items():
+    acting = acting_records({j: e for j, e in loaded.items() if e is not None}, part_dir)
+    present = set(os.listdir(part_dir))
+    # A merged file compacted again (and perhaps deleted) still counts as landed: the later record hides it.
+    hidden = superseded(present, list(acting.values()), part_dir)
+    for journal, entry in acting.items():
         try:
             olds = [part_dir / name for name in entry["old"]]
-            if (part_dir / entry["new"]).exists():
-                left = [f for f in olds if f.exists()]
-                for f in left:
-                    f.unlink(missing_ok=True)
-                n += bool(left)
+            if entry["new"] in present or entry["new"] in hidden:
+                left = [f for f in olds if f.name in present]
+                if left and remove_replaced(root, left, on_step):
+                    n += 1
                 continue
-            if not any(f.exists() for f in olds):
+            if not any(f.name in present for f in olds):
                 continue  # finished, and its merged file was compacted again since: a record to keep
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -117,11 +151,14 @@ def compact(
     host: str | None = None,
     date: str | None = None,
     wait: bool = True,
+    on_step: StepHook | None = None,
 ) -> CompactStats:
     """Merge each partition's files into one. Crash-safe: the merged file is published under a journal
     naming the files it replaces, so readers hide those until they are deleted; rows never appear twice
     and never go missing. Unreadable files, and files outside the contract's types (conformance.py), are
-    left in place (and reported). One compaction per dataset at a time (compaction_lock; `wait`)."""
+    left in place (and reported). One compaction per dataset at a time (compaction_lock; `wait`). The replaced
+    files are deleted at once unless a reader has the dataset open (they then stay, hidden, until a later
+    compaction: readers.py); `on_step` is called after each step (StepHook)."""
     if date is not None:
         check_date(date)
     root = local_root(root)
@@ -131,10 +168,12 @@ def compact(
     if not root.is_dir():
         return CompactStats()
     with compaction_lock(root, wait=wait):
-        return _compact(root, table, host, date)
+        readers.prepare(root)  # a reader that opens from now on is seen by remove_replaced
+        return _compact(root, table, host, date, on_step)
 
 
-def _compact(root: Path, table: str | None, host: str | None, date: str | None) -> CompactStats:
+def _compact(root: Path, table: str | None, host: str | None, date: str | None, on_step: StepHook | None
+             ) -> CompactStats:
     tables = [table] if table else list(schema.TABLES)
     stats = CompactStats()
     for t in tables:
@@ -146,9 +185,13 @@ def _compact(root: Path, table: str | None, host: str | None, date: str | None) 
         host_glob = f"host={quote(host, safe='-_.~')}" if host else "host=*"
         date_glob = f"date={date}" if date else "date=*"
         for part_dir in sorted(base.glob(f"{host_glob}/{date_glob}")):
-            stats.recovered += finish_journals(part_dir)
+            stats.recovered += finish_journals(part_dir, on_step)
             files = []
+            hidden = hidden_names(part_dir, os.listdir(part_dir))  # kept for readers: already merged
             for f in sorted(part_dir.glob("*.parquet")):
+                if f.name in hidden:
+                    stats.kept += 1
+                    continue
                 problem = parquet_problem(f)
                 if problem:
                     stats.skipped.append((f, problem))
@@ -160,15 +203,15 @@ def _compact(root: Path, table: str | None, host: str | None, date: str | None) 
             stats.partitions += 1
             stats.files_before += len(files)
             stats.bytes_before += sum(f.stat().st_size for f in files)
-            new, merged = _compact_partition(root, t, part_dir, files, stats)
+            new, merged = _compact_partition(root, t, part_dir, files, stats, on_step)
             kept = [f for f in files if f not in merged]  # damaged, or outside the contract's types
             stats.files_after += len(kept) + (1 if new else 0)
             stats.bytes_after += sum(f.stat().st_size for f in kept) + (new.stat().st_size if new else 0)
     return stats
 
 
-def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats
-                       ) -> tuple[Path | None, list[Path]]:
+def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats,
+                       on_step: StepHook | None) -> tuple[Path | None, list[Path]]:
     """(the merged file, the files it replaces), or (None, []) when there was nothing to merge."""
     con = connect()
     staged = staging_dir(root) / f"{uuid.uuid4().hex}.parquet"
@@ -198,10 +241,16 @@ def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path]
                 files.remove(bad)
                 if len(files) < 2:
                     return None, []
+        # Each step is atomic for readers: the record hides nothing until the merged file lands, which hides the
+        # inputs in the same instant (journal.superseded).
         write_record(staged.with_suffix(".json"), journal, final.name, [f.name for f in files])
+        if on_step:
+            on_step("record", journal)
         publish(staged, final)
-        for f in files:
-            f.unlink(missing_ok=True)
+        if on_step:
+            on_step("merged", final)
+        if not remove_replaced(root, files, on_step):
+            stats.kept += len(files)
         # The journal stays as the compaction's record (see superseded and push.py); it is tiny.
         fsync(part_dir)
         return final, files

@@ -172,9 +172,22 @@ def missing_required(table: str, types: Types | None) -> list[str]:
     return [c.name for c in schema.stored_columns(table) if not c.nullable and c.name not in types]
 
 
+def other_table(table: str, types: Types | None) -> str | None:
+    """The other table whose file this is, when it has every required column of that table that `table` lacks
+    (a gpu_samples file dropped into gpu_processes): its rows are not `table` rows."""
+    if types is None:
+        return None
+    mine = {c.name for c in schema.COLUMNS[table]}
+    for other in schema.TABLES:
+        theirs = [c.name for c in schema.stored_columns(other) if not c.nullable and c.name not in mine]
+        if other != table and theirs and all(n in types for n in theirs):
+            return other
+    return None
+
+
 def conforms(table: str, types: Types | None) -> bool:
     """Whether a file has the required columns and every contract column it has in the contract's type."""
-    if types is None or missing_required(table, types):
+    if types is None or missing_required(table, types) or other_table(table, types):
         return False
     contract = {c.name: duckdb_type(c.sql_type) for c in schema.stored_columns(table)}
     return all(contract[n] == ty for n, ty in types.items() if n in contract)

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,7 +18,7 @@ import duckdb
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance, remote
+from gpuaudit.store import conformance, readers, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
 from gpuaudit.util import paths
@@ -66,27 +69,134 @@ def parquet_problem(path: Path) -> str | None:
     return None
 
 
-def table_files(root: Path | str, table: str) -> tuple[list[Path], list[tuple[Path, str]]]:
+_DATE_RE = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
+# (path, why, what) of a path a listing leaves out although it looks like data: named, never read
+Excluded = list[tuple[Path, str, str]]
+
+
+def _partitions(base: Path, excluded: Excluded) -> list[Path]:
+    """The table's host=*/date=YYYY-MM-DD directories. A date= directory whose value is not a date (DuckDB would
+    fail every query reading `date`) and a Parquet file directly under host= are named in `excluded`."""
+    out = []
+    for host_dir in sorted(base.glob("host=*")):
+        try:
+            names = sorted(os.listdir(host_dir))
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for name in names:
+            path = host_dir / name
+            if name.startswith("date="):
+                m = _DATE_RE.fullmatch(name)
+                try:
+                    ok = m is not None and bool(date.fromisoformat(m.group(1)))
+                except ValueError:
+                    ok = False
+                if ok:
+                    out.append(path)
+                else:
+                    excluded.append((path, "not a date=YYYY-MM-DD partition; its files are not read", "directory"))
+            elif name.endswith(".parquet"):
+                excluded.append((path, "not inside a date=YYYY-MM-DD partition of its host; not read", "file"))
+    return out
+
+
+def _outside(path: Path, root_real: str) -> str | None:
+    """Where a symlink leads when that is outside the data root (None: not a link, or one within the root)."""
+    if not os.path.islink(path):
+        return None
+    real = os.path.realpath(path)
+    return None if real == root_real or real.startswith(root_real + os.sep) else real
+
+
+def _copies(files: Sequence[Path]) -> dict[Path, Path]:
+    """{exact copy: the file it copies} among one partition's files (the first name of each content is kept).
+    Cheap: only files of equal size are compared, by their footers first (which hold every column's min and
+    max), and by their whole content only when those are equal too."""
+    by_size: dict[int, list[Path]] = {}
+    for f in files:
+        try:
+            by_size.setdefault(os.stat(f).st_size, []).append(f)
+        except OSError:
+            continue
+    out: dict[Path, Path] = {}
+    digests: dict[Path, bytes] = {}
+
+    def digest(f: Path) -> bytes:
+        if f not in digests:
+            digests[f] = hashlib.sha256(f.read_bytes()).digest()
+        return digests[f]
+
+    for same in by_size.values():
+        if len(same) < 2:
+            continue
+        kept: list[tuple[bytes, Path]] = []  # (footer, file) of each distinct content so far
+        for f in same:
+            try:
+                foot = _footer(f)
+                first = next((g for gf, g in kept if gf == foot and digest(g) == digest(f)), None)
+            except OSError:
+                continue
+            if first is None:
+                kept.append((foot, f))
+            else:
+                out[f] = first
+    return out
+
+
+def _footer(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-8, os.SEEK_END)
+        n = int.from_bytes(f.read(4), "little")
+        f.seek(-8 - n, os.SEEK_END)
+        return f.read(n)
+
+
+def table_files(root: Path | str, table: str, excluded: Excluded | None = None
+                ) -> tuple[list[Path], list[tuple[Path, str]]]:
     """(readable files, [(unreadable file, reason)]) of one table. One directory listing per partition:
-    a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs)."""
+    a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs).
+    Left out and named in `excluded` (else logged): directories and files outside the layout, symlinks out of
+    the data root (never followed), and exact copies of another file of the partition (counted once)."""
     url = paths.as_url(root)
     if url:
         return remote.table_files(url, table)  # type: ignore[return-value]
     base = Path(root) / table
     good: list[Path] = []
     bad: list[tuple[Path, str]] = []
+    out: Excluded = [] if excluded is None else excluded
     if not base.is_dir():
         return good, bad
-    for part_dir in sorted(base.glob("host=*/date=*")):
-        names = sorted(os.listdir(part_dir))
+    root_real = os.path.realpath(root)
+    for part_dir in _partitions(base, out):
+        try:
+            names = readers.stable_names(part_dir)
+        except FileNotFoundError:
+            continue
         hidden = hidden_names(part_dir, names)
+        mine = []
         for name in names:
             if not name.endswith(".parquet") or name in hidden:
                 continue
             f = part_dir / name
+            where = _outside(f, root_real)
+            if where:
+                out.append((f, f"a symlink to {where}, outside the data root; not followed", "link"))
+                continue
             problem = parquet_problem(f)
-            (bad.append((f, problem)) if problem else good.append(f))
+            (bad.append((f, problem)) if problem else mine.append(f))
+        for copy, first in _copies(mine).items():
+            mine.remove(copy)
+            out.append((copy, f"an exact copy of {first}; its rows are counted once", "duplicate file"))
+        good += mine
+    if excluded is None:
+        for path, why, what in out:
+            log.warning("skipping %s %s: %s", what, path, why)
     return good, bad
+
+
+# Listings and reruns of one query when the dataset keeps changing under it (readers.py): each rerun follows a
+# writer's publish, so this bounds a pathological writer, never a normal compaction.
+MAX_RELISTS = 50
 
 
 # The column read_parquet adds with each row's file (for rejected_rows): a name no file has, as a foreign file
@@ -106,11 +216,84 @@ class Dataset:
     types: dict[Any, dict[str, str] | None] = field(default_factory=dict)  # per file: column -> DuckDB type
     values_checked: set[Any] = field(default_factory=set)  # files conformance.percent_files has passed
     locked: bool = False  # see lock_down
+    must_lock: bool = False  # lock_down was asked for: every connection this dataset opens is locked
+    threads: int | None = None
+    extra_views: list[tuple[str, str]] = field(default_factory=list)  # open_dataset's `views`
+    read_hold: int | None = None  # the shared read lock (readers.hold) while open
+    relists: int = 0  # times the dataset was listed again because it changed under a query
+    settings: dict[str, Any] = field(default_factory=dict)  # open_dataset's, set again on a new connection
     timeout_s: float | None = None  # a query running longer is stopped (QueryTimeout); `gpuaudit sql --timeout`
 
     def _skip(self, path: Path, reason: str, what: str = "unreadable file") -> None:
+        if (path, reason) in self.skipped:  # listed again (a relist): said once
+            return
         self.skipped.append((path, reason))
         log.warning("skipping %s %s: %s", what, path, reason)
+
+    def _list(self) -> None:
+        """Take the snapshot: every table's files, listed under the publish lock (readers.listing)."""
+        url = paths.as_url(self.root)
+        excluded: Excluded = []
+        with contextlib.nullcontext() if url else readers.listing(Path(self.root)):
+            listed = {table: table_files(self.root, table, excluded) for table in schema.TABLES}
+        for table, (good, bad) in listed.items():
+            self.files[table] = good
+            for path, reason in bad:
+                self._skip(path, reason)
+        for path, reason, what in excluded:
+            self._skip(path, reason, what)
+
+    def _vanished(self) -> list[Any]:
+        """Files of the snapshot that are gone now: compacted away, replaced by an import, pruned by a push
+        (readers.py), never damage. Local: a stat each; s3://: one listing per table."""
+        url = paths.as_url(self.root)
+        if url:
+            gone: list[Any] = []
+            for table, files in self.files.items():
+                good, bad = remote.table_files(url, table)
+                now = set(good) | {p for p, _ in bad}
+                gone += [f for f in files if f not in now]
+            return gone
+        out = []
+        for files in self.files.values():
+            for f in files:
+                try:
+                    os.stat(f)
+                except FileNotFoundError:
+                    out.append(f)
+                except OSError:
+                    pass
+        return out
+
+    def _relist(self, gone: Sequence[Any]) -> None:
+        """List again and bind the views to the new snapshot. A locked connection (lock_down) cannot be allowed new
+        files: it is replaced by a new one, locked the same way (it holds no state of its own: `gpuaudit sql`)."""
+        self.relists += 1
+        if self.relists > MAX_RELISTS:
+            raise GpuauditError(f"the dataset at {self.root} kept changing while it was read (listed "
+                                f"{self.relists} times); run the query again once the writer is done")
+        log.info("the dataset changed while it was read (%d file(s) gone, e.g. %s: compacted, replaced or pruned); "
+                 "reading it again", len(gone), gone[0] if gone else "?")
+        self._list()
+        if self.must_lock:  # even when the last attempt failed half-way, before it could lock the new connection
+            self.con.close()
+            self.con = connect(self.threads)
+            url = paths.as_url(self.root)
+            if url:
+                remote.register(self.con, url)
+            self.locked = False
+            self._bind_views()
+            self._add_extra_views()
+            self.lock_down()
+        else:
+            self._bind_views()
+
+    def _add_extra_views(self) -> None:
+        """open_dataset's extra views and settings (before a lock-down, which then keeps them)."""
+        for name, sql in self.extra_views:
+            self.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+        for name, value in self.settings.items():
+            self.con.execute(f"SET {name} = ?", [value])
 
     def _create_views(self) -> None:
         # Creating a view binds its files' schemas, so a damaged footer can surface here already.
@@ -130,7 +313,9 @@ class Dataset:
         for table, files in self.files.items():
             for f in list(files):
                 missing = conformance.missing_required(table, self.types.get(f))
+                other = conformance.other_table(table, self.types.get(f))
                 why = (f"missing required column(s) {', '.join(missing)}" if missing else
+                       f"has the columns of a {other} file, not {table} rows" if other else
                        "; ".join(conformance.type_problems(table, self.types.get(f))))
                 if why:
                     files.remove(f)
@@ -176,20 +361,21 @@ class Dataset:
             if not self.files[table]:
                 continue
             if shown is not None and table in shown:
-                listing = "[" + ", ".join(sql_str(str(f)) for f in self.files[table]) + "]"
-                every = self.fetchall(f"SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata({listing})")[0][0]
+                every = self._fetch(lambda t=table: (
+                    "SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata(["
+                    + ", ".join(sql_str(str(f)) for f in self.files[t]) + "])"))[0][0]
                 seen = shown[table]
             else:
                 # Counting first is cheap (footers, and only the filtered columns): most datasets reject nothing.
-                every, seen = self.fetchall(
-                    f"SELECT (SELECT count(*) FROM ({self.view_select(table, reasons=True)})), "
-                    f"(SELECT count(*) FROM {schema.VIEW_NAMES[table]})")[0]
+                every, seen = self._fetch(lambda t=table: (
+                    f"SELECT (SELECT count(*) FROM ({self.view_select(t, reasons=True)})), "
+                    f"(SELECT count(*) FROM {schema.VIEW_NAMES[t]})"))[0]
             if every == seen:
                 continue
-            rows = self.fetchall(
+            rows = self._fetch(lambda t=table: (
                 "SELECT reason, count(*) AS n, min(filename), count(DISTINCT filename) "
-                f"FROM ({self.view_select(table, reasons=True)}) WHERE reason IS NOT NULL "
-                "GROUP BY reason ORDER BY n DESC, reason")
+                f"FROM ({self.view_select(t, reasons=True)}) WHERE reason IS NOT NULL "
+                "GROUP BY reason ORDER BY n DESC, reason"))
             for reason, n, example, nfiles in rows:
                 where = example if nfiles == 1 else f"{nfiles} files, e.g. {example}"
                 log.warning("excluded %d %s rows: %s (in %s)", n, table, reason, where)
@@ -200,6 +386,7 @@ class Dataset:
         """From now on the connection reads the dataset's files and nothing else: no other file, no network,
         no extension, no writing anywhere, and no setting can be changed back (DuckDB's own enforcement,
         whatever the SQL). For `gpuaudit sql`, which runs a user's query."""
+        self.must_lock = True
         if self.locked:
             return
         self.con.execute("SET allowed_paths = ?",
@@ -224,8 +411,12 @@ class Dataset:
         """Run `run()`; when DuckDB fails on one of our files (damage the cheap header/footer check
         missed), drop that file with a warning and try again."""
         rebind = False
+        gone: list[Any] = []  # files of the snapshot a writer removed: list again (inside the try: it may race too)
         while True:
             try:
+                if gone:
+                    self._relist(gone)
+                    gone, rebind = [], False
                 if rebind:  # inside the try: another damaged file can surface while binding
                     self._bind_views()
                     rebind = False
@@ -233,10 +424,17 @@ class Dataset:
             except duckdb.InterruptException:
                 raise  # Ctrl-C or the deadline (_stoppable), never a damaged file
             except duckdb.PermissionException as e:  # only after lock_down
+                # DuckDB takes a vanished file for a pattern to expand, which the lock refuses.
+                gone = self._vanished()
+                if gone:
+                    continue
                 raise GpuauditError(f"refused: the query reaches outside the dataset ({first_line(e)})") from e
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
                 raise GpuauditError(f"query failed: {first_line(e)}") from e  # the query, not a file
             except duckdb.Error as e:
+                gone = self._vanished()
+                if gone:  # a writer's doing, not damage: a new snapshot, the query again
+                    continue
                 named = self._file_in_error(str(e))
                 # A file the error names is left out only if it fails on its own too: a query that reads a
                 # healthy file another way (read_csv of a Parquet file) fails, not the file.
@@ -261,11 +459,16 @@ class Dataset:
 
     def _stoppable(self, run: Callable[[], T]) -> T:
         """`_retry(run)` that Ctrl-C (KeyboardInterrupt) and `timeout_s` (QueryTimeout) stop (util/interrupt.py)."""
-        return run_stoppable(lambda: self._retry(run), self.con.interrupt, timeout_s=self.timeout_s)
+        # The connection at the moment: a relist may have replaced it.
+        return run_stoppable(lambda: self._retry(run), lambda: self.con.interrupt(), timeout_s=self.timeout_s)
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> pl.DataFrame:
         """Run `sql` against the views and return a polars DataFrame."""
         return self._stoppable(lambda: self.con.sql(sql, params=params or None).pl())
+
+    def _fetch(self, build: Any) -> list[tuple[Any, ...]]:
+        """fetchall of the SQL `build()` makes from the current listing, made again after a relist."""
+        return self._retry(lambda: self.con.sql(build()).fetchall())
 
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self._stoppable(lambda: self.con.sql(sql, params=params or None).fetchall())
@@ -284,6 +487,8 @@ class Dataset:
 
     def close(self) -> None:
         self.con.close()
+        readers.release(self.read_hold)
+        self.read_hold = None
 
     def __enter__(self) -> Dataset:
         return self
@@ -304,19 +509,20 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
     before the lock-down, which then keeps a query from changing them (`gpuaudit sql`'s memory limit and
     private spill directory)."""
     url = paths.as_url(root)
-    ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC))  # type: ignore[arg-type]
+    ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC),  # type: ignore[arg-type]
+                 threads=threads, extra_views=list(views))
     if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)
         remote.register(ds.con, url)
-    for table in schema.TABLES:
-        good, bad = table_files(ds.root, table)
-        ds.files[table] = good
-        for path, reason in bad:
-            ds._skip(path, reason)
-    ds._create_views()
-    for name, sql in views:
-        ds.con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-    for name, value in (settings or {}).items():
-        ds.con.execute(f"SET {name} = ?", [value])
-    if strict:
-        ds.lock_down()
+    else:  # writers keep the files this reader lists until it closes (readers.py)
+        ds.read_hold = readers.hold(Path(root))
+    ds.settings = dict(settings or {})
+    try:
+        ds._list()
+        ds._create_views()
+        ds._add_extra_views()
+        if strict:
+            ds.lock_down()
+    except BaseException:
+        ds.close()
+        raise
     return ds

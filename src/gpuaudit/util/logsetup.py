@@ -54,6 +54,9 @@ def setup(*, events: bool = False, verbose: bool = False) -> None:
             return
         handler = _StderrHandler()
         handler.setFormatter(_Messages())
+        # gpuaudit's own records and Python's warnings: a library's chatter (urllib3 logs each retry it makes) is
+        # not ours to show; its outcome is, in gpuaudit's words (the importer's one-line error counts the retries).
+        handler.addFilter(lambda r: r.name == "gpuaudit" or r.name.startswith(("gpuaudit.", "py.warnings")))
         root.addHandler(handler)
         root.setLevel(logging.WARNING)
         logging.captureWarnings(True)

@@ -11,7 +11,8 @@ polars frames, whichever engine ran the SQL (DuckDB here; the same files run on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -48,6 +49,14 @@ class Rollups:
     holders: pl.DataFrame
     skipped_files: tuple[str, ...] = ()
     rejected_rows: tuple[str, ...] = ()
+    # GPUs that report only while held (sql/analysis_elastic_gpus.sql) and their part of `demand` per bucket
+    # (sql/analysis_demand_elastic.sql): empty frames when there are none.
+    elastic_gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={"gpu_uuid": pl.String, "mig_instance": pl.Int64, "gpu_fraction": pl.Float64,
+                "observed_s": pl.Float64}))
+    elastic_demand: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={"bucket_s": pl.Float64, "observed_s": pl.Float64, "held_s": pl.Float64,
+                "max_interval_s": pl.Float64}))
 
 
 class DuckDBEngine:
@@ -74,8 +83,8 @@ def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
         seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
         shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
         rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
-        return Rollups(roll.gpu_hours, roll.demand, roll.holders,
-                       tuple(f"{p}: {why}" for p, why in ds.skipped), rows)
+        return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
+                                   rejected_rows=rows)
 
 
 def rollups_from(engine: Engine) -> Rollups:
@@ -91,8 +100,14 @@ def rollups_from(engine: Engine) -> Rollups:
     dedup = int(engine.query(_HAS_DUPLICATES)["n"][0]) > 0
     queries = [DEDUP_DEMAND if q == "analysis_demand" and dedup else q for q in QUERIES]
     rollup, demand, holders = (engine.query(load_sql(q)) for q in queries)
-    return Rollups(
+    out = Rollups(
         gpu_hours=rollup.sort(_GPU_HOUR),
         demand=demand.drop("bucket", strict=False).sort("bucket_s"),
         holders=holders,
     )
+    elastic = engine.query(load_sql("analysis_elastic_gpus"))
+    if elastic.height == 0:  # the usual case: no second scan
+        return out
+    engine.materialize("elastic_gpus", load_sql("analysis_elastic_gpus"))
+    part = engine.query(load_sql("analysis_demand_elastic")).sort("bucket_s")
+    return dataclasses.replace(out, elastic_gpus=elastic, elastic_demand=part)

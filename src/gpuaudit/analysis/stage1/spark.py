@@ -14,6 +14,7 @@ any PySpark program (e.g. `--driver-memory 8g pyspark-shell`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -25,7 +26,7 @@ import polars as pl
 from gpuaudit import schema, store
 from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance
+from gpuaudit.store import conformance, readers
 from gpuaudit.util import paths
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
@@ -238,12 +239,18 @@ def load_rollups(root: Path | str) -> Rollups:
                             "gpuaudit does not configure): use the default engine (DuckDB reads s3:// itself), or "
                             "copy the dataset to a filesystem the Spark workers see (aws s3 sync) and give that path")
     spark = session()
-    views = Views(spark, root)
-    engine = SparkEngine(spark)
+    # Spark reads the files Views listed later, on its own: held like an open Dataset, so that a compaction
+    # meanwhile keeps them (store/readers.py).
+    hold = readers.hold(Path(root))
     try:
-        roll = rollups_from(engine)
-        rejected = engine._run(views.rejected_rows)
+        views = Views(spark, root)
+        engine = SparkEngine(spark)
+        try:
+            roll = rollups_from(engine)
+            rejected = engine._run(views.rejected_rows)
+        finally:
+            engine.close()
     finally:
-        engine.close()
-    return Rollups(roll.gpu_hours, roll.demand, roll.holders, tuple(f"{p}: {why}" for p, why in views.skipped),
-                   tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
+        readers.release(hold)
+    return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in views.skipped),
+                               rejected_rows=tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))

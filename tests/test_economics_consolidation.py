@@ -1,0 +1,72 @@
+"""Issue 17 case 6: the biggest lever is named. On a fleet held all the time at 12 % SM activity, packing the
+work onto the GPUs it fits on saves far more than any buy/rent choice, yet the headline compared only buy vs
+rent. The result now says how many GPUs the measured work fits on (SM-weighted demand at the target utilization,
+with headroom), the saving, and how (naming the top holders of idle-held time), never mixed into "cheapest"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from tests.analysis_helpers import ends, gpu_rows, proc_rows, rollups
+
+from gpuaudit.analysis import analyze_rollups
+from gpuaudit.analysis.config import load_config
+from gpuaudit.report.sections import build_report
+
+
+def _genomics() -> tuple[list[dict], list[dict]]:  # type: ignore[type-arg]
+    """16 GPUs held all the time: 8 by alice at 24 % SM activity, 8 by bob with the SMs idle (12 % on average)."""
+    samples, procs = [], []
+    for g in range(16):
+        user, sm = ("alice", 0.24) if g < 8 else ("bob", 0.0)
+        rows = gpu_rows(f"n{g // 8}", f"G-{g}", 48 * 12, interval_s=300, sm=sm, procs=1)
+        samples += rows
+        procs += proc_rows(f"n{g // 8}", f"G-{g}", ends(rows), user=user)
+    return samples, procs
+
+
+def _own(cfg, n: int, existing: int, watts: float) -> float:  # type: ignore[no-untyped-def]
+    """Owning n ≤ existing GPUs, by the table of docs/analyzer.md (nothing bought: no hardware, no network)."""
+    o, a = cfg.on_prem, cfg.analysis
+    assert n <= existing
+    annuity = sum((1 + a.discount_rate_per_year) ** (-(m + 0.5) / 12) for m in range(a.horizon_months))
+    end = (1 + a.discount_rate_per_year) ** (-a.horizon_months / 12)
+
+    def v(age: float) -> float:
+        return o.salvage_fraction + (1 - o.salvage_fraction) * max(0.0, 1 - age / o.amortization_years)
+
+    nodes = math.ceil(n / o.gpus_per_node)
+    kept = n * o.hardware_usd_per_gpu * v(o.owned_age_years)
+    residual = -n * o.hardware_usd_per_gpu * v(o.owned_age_years + a.horizon_months / 12) * end
+    power = n * watts * o.pue * o.power_usd_per_kwh * 730 / 1000 * annuity
+    maintenance = o.maintenance_fraction_per_year * o.hardware_usd_per_gpu * n / 12 * annuity
+    staff = (o.staff_usd_per_month + o.staff_usd_per_node_per_month * nodes) * annuity
+    space = o.space_usd_per_node_per_month * nodes * annuity
+    return kept + residual + power + maintenance + staff + space
+
+
+def test_the_work_fits_on_far_fewer_gpus() -> None:
+    cfg = load_config()
+    samples, procs = _genomics()
+    r = analyze_rollups(rollups(samples, procs), cfg)
+    c = r.consolidation
+    assert c is not None
+    # by hand: 8 × 0.24 = 1.92 GPUs of work at most; at 70 % it fits on ceil(1.92 / 0.7) = 3 GPUs
+    assert c.peak_in_use_gpus == pytest.approx(1.92, rel=1e-6)
+    assert c.fits_on_gpus == 3 and c.target_utilization == 0.7
+    assert c.plan_usd == pytest.approx(_own(cfg, 3, 16, 300.0), rel=1e-9)
+    by_id = {s.id: s for s in r.costs.scenarios}
+    assert c.recommended_usd == pytest.approx(by_id[r.decision.recommended_scenario].total.value, rel=1e-12)
+    assert c.saving_usd == pytest.approx(c.recommended_usd - c.plan_usd, rel=1e-12) and c.saving_usd > 0
+    assert by_id["stay-as-is"].total.value == pytest.approx(_own(cfg, 16, 16, 300.0), rel=1e-9)
+    # how: the idle allocations, naming their holder, and sharing GPUs
+    assert c.top_idle_holders[0].startswith("bob (")
+    assert any("end idle allocations" in h and "bob" in h for h in c.how)
+    assert any("MIG" in h for h in c.how)
+    # never mixed into "cheapest": the cheapest is a measured plan, not a change of behaviour
+    assert not by_id[r.costs.cheapest].what_if and r.decision.recommended_scenario == r.costs.cheapest
+    # named beside the buy/rent answer
+    verdict = build_report(r, version="t").verdict
+    lever = next(f for f in verdict.figures if f.label.startswith("Biggest lever"))
+    assert "3 GPUs" in lever.text and "bob" in lever.source

@@ -1,0 +1,52 @@
+"""Issue 17, the report a CFO can act on: the action in counts ("sell 4 of your 8 GPUs"), one "how many to own"
+(the others labelled as checks), a break-even sentence that says against what, one "held but did no work"
+figure, and one cloud price per use, with its card."""
+
+from __future__ import annotations
+
+from tests.analysis_helpers import gpu_rows, rollups
+
+from gpuaudit.analysis import analyze_rollups
+from gpuaudit.analysis.config import load_config
+from gpuaudit.report import fmt
+from gpuaudit.report.sections import build_report
+
+
+def _half_idle() -> list[dict]:  # type: ignore[type-arg]
+    """8 owned GPUs: 4 held all the time at 60 % SM activity, 4 never used."""
+    busy = [r for g in range(4) for r in gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=0.6, procs=1)]
+    return busy + [r for g in range(4) for r in gpu_rows("n1", f"I-{g}", 48 * 12, interval_s=300, sm=0.0)]
+
+
+def _figures(report):  # type: ignore[no-untyped-def]
+    return {f.label: f for s in report.sections for f in s.figures} | {f.label: f for f in report.verdict.figures}
+
+
+def test_the_report_says_the_action_in_counts_and_one_answer_per_question() -> None:
+    cfg = load_config().replace("cloud", instance_usd_per_hour=110.0)  # owning the busy half pays
+    r = analyze_rollups(rollups(_half_idle()), cfg)
+    best = {s.id: s for s in r.costs.scenarios}[r.decision.recommended_scenario]
+    assert best.owned_gpus == 4 and r.costs.owned_gpus == 8
+    assert r.decision.action.startswith("sell 4 of your 8 GPUs")
+    report = build_report(r, version="t")
+    assert "sell 4 of your 8 GPUs" in report.verdict.headline
+    figs = _figures(report)
+    # one "how many to own": the recommended plan's; the sizing figures are labelled as checks
+    own = figs["GPUs to own (the recommended plan)"]
+    assert own.text == "4" and own.emphasis
+    demand = next(s for s in report.sections if s.key == "demand")
+    others = [f.label for f in demand.figures if "own" in f.label.lower() and f is not own]
+    assert others and all(label.startswith("Check:") for label in others)
+    # the break-even says against what, in words, and points to the recommendation
+    assert "keeping the GPUs owned today (8 GPUs) pays against renting all of its demand above" in demand.lead
+    assert "keep-the-owned-fleet" not in demand.lead and "the recommended plan" in demand.lead
+    # one held-but-no-work figure, and section 2's idle-held hours said to be part of it
+    labels = list(figs)
+    assert sum(label.startswith("Held but did no work") for label in labels) == 1
+    assert any("part of section 1's held but did no work" in label for label in labels)
+    # the waste in dollars uses a price on a card: the flexible price shown in section 5
+    flexible = r.costs.cloud_flexible_usd_per_gpu_hour.value
+    dollars = next(f for f in figs.values() if f.label == "Phantom gap in dollars (trial)")
+    assert f"${flexible:,.2f}/GPU-h" in dollars.source and "flexible price" in dollars.source
+    card = next(f for label, f in figs.items() if label.startswith("Cloud flexible price per GPU-hour"))
+    assert card.text == fmt.unit_value(flexible, "USD/GPU-h")
