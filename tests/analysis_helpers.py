@@ -99,7 +99,8 @@ def write(root: Path, samples: list[dict[str, Any]], processes: list[dict[str, A
     return root
 
 
-def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | None = None) -> Any:
+def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | None = None,
+            allocations: list[dict[str, Any]] | None = None) -> Any:
     """The analyzer's stage-1 rollups computed by the real SQL in an in-memory DuckDB (no files): fast
     enough for property tests."""
     import duckdb
@@ -108,7 +109,8 @@ def rollups(samples: list[dict[str, Any]], processes: list[dict[str, Any]] | Non
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    for view, table, rows in (("samples", schema.SAMPLES, samples), ("processes", schema.PROCESSES, processes)):
+    for view, table, rows in (("samples", schema.SAMPLES, samples), ("processes", schema.PROCESSES, processes),
+                              ("allocations", schema.ALLOCATIONS, allocations)):
         if rows:
             frame = pl.DataFrame(rows, infer_schema_length=None)
             con.register(f"_{view}", frame)

@@ -37,12 +37,13 @@ def require_binary(name: str, how: str) -> str:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `gpuaudit ARGS` in a subprocess exactly as a user would (the installed console script's module)."""
+            timeout: float = 300, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `gpuaudit ARGS` in a subprocess exactly as a user would (the installed console script's module);
+    `input_text` is its standard input."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "gpuaudit", *args],
-        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
+        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout, input=input_text,
     )
 
 

@@ -206,7 +206,8 @@ def test_to_dict_is_plain_json_with_stable_keys(fleet) -> None:  # type: ignore[
     assert json.loads(text) == d
     assert list(d) == ["result_version", "dataset_schema_version", "generated_at", "data_root", "trial",
                        "utilization", "breakdowns", "data_quality", "decision", "costs", "break_even", "hybrid",
-                       "sensitivity", "confidence", "assumptions", "warnings", "consolidation"]
+                       "sensitivity", "confidence", "assumptions", "warnings", "consolidation", "ledger",
+                       "chargeback"]
     fig = d["utilization"]["real_utilization"]
     assert set(fig) == {"value", "unit", "formula", "source", "definition", "upper_bound", "lower_bound"}
     assert isinstance(d["breakdowns"]["per_user"]["rows"], list)
@@ -246,9 +247,9 @@ def test_docs_list_every_result_field() -> None:
     docs = (Path(__file__).resolve().parents[1] / "docs" / "analyzer.md").read_text(encoding="utf-8")
     missing = [
         f"{cls.__name__}.{f.name}"
-        for cls in (R.AnalysisResult, R.Trial, R.Utilization, R.Breakdowns, R.DataQuality, R.Decision, R.RuleFired,
-                    R.Condition, R.DecisionInputs, R.Costs, R.CostScenario, R.BreakEven, R.HybridSizing, R.Sensitivity,
-                    R.Confidence, R.Interval, R.Assumption, R.ConfidenceLevel)
+        for cls in (R.AnalysisResult, R.Trial, R.Utilization, R.Ledger, R.Breakdowns, R.DataQuality, R.Decision,
+                    R.RuleFired, R.Condition, R.DecisionInputs, R.Costs, R.CostScenario, R.BreakEven, R.HybridSizing,
+                    R.Sensitivity, R.Confidence, R.Interval, R.Assumption, R.ConfidenceLevel)
         for f in dataclasses.fields(cls)
         if f"`{f.name}`" not in docs
     ]

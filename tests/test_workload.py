@@ -127,7 +127,11 @@ def test_phantom_jobs_debug_inside_held_time_and_last_minutes_to_days() -> None:
     m, v, _ = _states("phantom", 64, 14, 600)
     held = v["n_processes"] > 0
     idle_while_held = (v["sm_k"][held] < 10).mean()  # GPU held, SM below 1 %
-    assert 0.3 < idle_while_held < 0.7
+    # Calibrated to the Acme traces (issue 20): held GPUs mostly run kernels at partial SM activity, so the
+    # debug pauses with the SMs dark are a minority of the held time (they were 30-70 % before).
+    assert 0.03 < idle_while_held < 0.3
+    sm_held = v["sm_k"][held] / 1000
+    assert 0.3 < np.median(sm_held) < 0.5 and np.median(v["duty_pct"][held]) >= 95
     durations = m.jobs.end - m.jobs.start
     assert durations.min() < 3600 and durations.max() > 2 * 86400  # minutes to days
     assert np.median(durations) < 6 * 3600  # heavy tail: most jobs are short

@@ -61,16 +61,19 @@ def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | No
 
 
 def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
-                   preset: str | None = None, quiet: bool = False, **inputs: Any) -> Any:
-    """Analyze `root` and write the report into `out`; print a short summary unless quiet."""
+                   preset: str | None = None, quiet: bool = False, by: str | None = None, **inputs: Any) -> Any:
+    """Analyze `root` and write the report into `out` (and the chargeback files per `by` key: account, user,
+    partition, namespace); print a short summary unless quiet."""
+    from gpuaudit.report.chargeback import parse_by
     from gpuaudit.report.terminal import print_summary, progress_steps
     from gpuaudit.report.writer import parse_formats, write_report
     from gpuaudit.util.textsafe import printable
 
-    wanted = parse_formats(formats)  # fail on a bad --format before the long part
+    wanted = parse_formats(formats)  # fail on a bad --format or --by before the long part
+    keys = parse_by(by)
     with progress_steps(not quiet) as step:
         result = analyze(root, config, preset, step, **inputs)
-        written = write_report(result, out, wanted, progress=step)
+        written = write_report(result, out, wanted, progress=step, by=keys)
     if quiet:
         for path in written.files.values():
             print(printable(str(path)))

@@ -17,9 +17,18 @@ SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
 
 SAMPLES = "gpu_samples"
 PROCESSES = "gpu_processes"
-TABLES = (SAMPLES, PROCESSES)
+ALLOCATIONS = "gpu_allocations"  # what the scheduler (Slurm, Kubernetes) allocated, per job per host
+TABLES = (SAMPLES, PROCESSES, ALLOCATIONS)
 # The SQL view name each table is exposed under.
-VIEW_NAMES = {SAMPLES: "samples", PROCESSES: "processes"}
+VIEW_NAMES = {SAMPLES: "samples", PROCESSES: "processes", ALLOCATIONS: "allocations"}
+# The column whose UTC date is a row's `date` partition (an allocation lives in the partition of its start).
+PARTITION_TIME = {SAMPLES: "ts", PROCESSES: "ts", ALLOCATIONS: "start_ts"}
+# Tables `gpuaudit compact` merges. Allocations are small and each importer rewrites its own file per
+# partition (<source>.parquet) to stay idempotent, which a merged file would defeat.
+COMPACTED_TABLES = (SAMPLES, PROCESSES)
+# Values of gpu_allocations.source.
+ALLOC_SOURCE_SLURM = "slurm"
+ALLOC_SOURCE_KUBERNETES = "kubernetes"
 
 # Hive partition keys, in directory order. They are not stored inside the files.
 PARTITION_KEYS = ("host", "date")
@@ -74,6 +83,7 @@ FRACTION_TOLERANCE = 0.001  # a producer's rounding, not an error
 NON_NEGATIVE = {  # counts, indices, sizes and energy: a negative value is no measurement
     SAMPLES: ("mem_used_bytes", "mem_total_bytes", "power_w", "energy_j", "n_processes", "gpu_index", "mig_instance"),
     PROCESSES: ("mem_used_bytes", "mig_instance", "pid"),
+    ALLOCATIONS: ("gpus",),
 }
 MAX_INTERVAL_S = 86400.0  # interval_s must be in (0, MAX_INTERVAL_S]
 TS_MIN = "2000-01-01"  # ts must be >= TS_MIN (UTC) and at most TS_MAX_AHEAD_S past the reader's "now"
@@ -88,6 +98,9 @@ TEXT_MAX_CHARS = {
     SAMPLES: {"gpu_uuid": 128, "gpu_name": 256, "mig_profile": 64, "source": 64},
     PROCESSES: {"gpu_uuid": 128, "user": 256, "job_id": 256, "k8s_namespace": 253, "k8s_pod": 253,
                 "container": 256, "command": 256},
+    # job_id: a Kubernetes namespace/pod is up to 253 + 1 + 253 characters
+    ALLOCATIONS: {"job_id": 512, "job_id_raw": 256, "user": 256, "account": 256, "partition": 256,
+                  "namespace": 253, "gpu_type": 128, "mig_profile": 64, "state": 64, "source": 64},
 }
 HOST_MAX_BYTES = 255  # the partition key lives in a directory name: one path component
 
@@ -154,7 +167,29 @@ PROCESS_COLUMNS: tuple[Column, ...] = (
     Column("sm_util", "FLOAT", "0-1", "the process's SM utilization from NVML, null if unknown"),
 )
 
-COLUMNS: dict[str, tuple[Column, ...]] = {SAMPLES: SAMPLE_COLUMNS, PROCESSES: PROCESS_COLUMNS}
+ALLOCATION_COLUMNS: tuple[Column, ...] = (
+    Column("job_id", "VARCHAR", "", "the scheduler's job id as it shows it: Slurm JobID (123, 123_4 for an array "
+           "task, 123+0 for a heterogeneous job's component), Kubernetes namespace/pod", nullable=False),
+    Column("job_id_raw", "VARCHAR", "", "Slurm JobIDRaw (the id cgroups and SLURM_JOB_ID carry, as the agent "
+           "records it); the pod UID for Kubernetes"),
+    Column("user", "VARCHAR", "", "user the job ran as (Slurm); null for Kubernetes"),
+    Column("account", "VARCHAR", "", "Slurm account (charged for the job)"),
+    Column("partition", "VARCHAR", "", "Slurm partition"),
+    Column("namespace", "VARCHAR", "", "Kubernetes namespace of the pod"),
+    Column("host", "VARCHAR", "", "node the GPUs were allocated on (partition key)", nullable=False),
+    Column("gpus", "DOUBLE", "GPUs", "GPU equivalents allocated on this host (a MIG slice as its share: 3g.40gb "
+           "= 3/7; a multi-node job's GPUs split evenly over its nodes)", nullable=False),
+    Column("gpu_type", "VARCHAR", "", "GPU type the scheduler named (Slurm GRES type, e.g. a100), if any"),
+    Column("mig_profile", "VARCHAR", "", "MIG profile allocated, e.g. 3g.40gb; null for whole GPUs"),
+    Column("start_ts", "TIMESTAMPTZ", "UTC", "when the allocation started", nullable=False),
+    Column("end_ts", "TIMESTAMPTZ", "UTC", "when it ended (a running job: the import's --now)", nullable=False),
+    Column("state", "VARCHAR", "", "job state: COMPLETED, RUNNING, CANCELLED, TIMEOUT, FAILED, NODE_FAIL, "
+           "PREEMPTED, ... (Kubernetes: the pod phase)", nullable=False),
+    Column("source", "VARCHAR", "", "where it came from: slurm, kubernetes", nullable=False),
+)
+
+COLUMNS: dict[str, tuple[Column, ...]] = {SAMPLES: SAMPLE_COLUMNS, PROCESSES: PROCESS_COLUMNS,
+                                          ALLOCATIONS: ALLOCATION_COLUMNS}
 
 
 def column_names(table: str) -> list[str]:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from gpuaudit import schema
+from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
 from gpuaudit.analysis.result import (
@@ -28,6 +29,7 @@ from gpuaudit.analysis.result import (
     Figure,
     HybridCurveColumns,
     HybridSizing,
+    Ledger,
     Sensitivity,
     Table,
     TableColumn,
@@ -35,16 +37,20 @@ from gpuaudit.analysis.result import (
     Utilization,
 )
 from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve
+from gpuaudit.analysis.stage1.rollup import Rollups
 
 
-def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, trial: Trial,
+def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, t: ut.Totals, trial: Trial,
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
-             confidence: Confidence, consolidation: Consolidation, latency_sensitive: bool, data_residency: bool,
+             confidence: Confidence, consolidation: Consolidation, ledger: Ledger,
+             latency_sensitive: bool, data_residency: bool,
              egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days)
+    charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
+                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), cb.unheld_real_s(roll.gpu_hours))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
@@ -78,6 +84,8 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, t
                                 fleet_gpus),
         warnings=tuple(warnings),
         consolidation=consolidation,
+        ledger=ledger,
+        chargeback=charge,
     )
 
 

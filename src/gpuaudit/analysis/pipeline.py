@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.assemble import assemble
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
@@ -103,7 +104,12 @@ def analyze_rollups(
     _check_finite(t)
     tr = ut.trial(roll, t, cfg)
     use = ut.utilization(roll, t)
+    led, mapped = lg.ledger(roll.gpu_hours, roll.holders, roll.allocations, tr.start.timestamp(),
+                            tr.end.timestamp(), use.real_is_upper_bound)
+    use = dataclasses.replace(use, allocated_utilization=lg.allocated_utilization(led))
     demand, bucket_s = ut.demand_series(roll)
+    # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
+    billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
@@ -111,8 +117,8 @@ def analyze_rollups(
 
     idle_w, held_w = ut.power_by_load(roll)
     measured = Measured(
-        w=t.w, r=t.r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
-        held=demand["gpus_held"].to_numpy().astype(float),
+        w=t.w, r=billed_r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
+        held=billed,
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / HOUR_S,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
@@ -154,11 +160,11 @@ def analyze_rollups(
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
                          block.fleet.existing)
     lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
-    return assemble(cfg, root=root, now=now, t=t, trial=tr, utilization=use, breakdowns=bd, data_quality=dq,
-                    decision=decision, block=block, measured=measured, bucket_s=bucket_s, sensitivity=sens,
-                    confidence=conf, consolidation=lever, latency_sensitive=latency_sensitive,
-                    data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
-                    fleet_gpus=fleet_gpus)
+    return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
+                    data_quality=dq, decision=decision, block=block, measured=measured, bucket_s=bucket_s,
+                    sensitivity=sens, confidence=conf, consolidation=lever, ledger=led,
+                    latency_sensitive=latency_sensitive, data_residency=data_residency,
+                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus)
 
 
 def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int | None,

@@ -328,6 +328,55 @@ class Utilization:
     energy_kwh: Figure
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
     phantom_gpu_hours: Figure  # max(R − S, 0): held GPU time that did no work (a lower bound where S is an upper one)
+    # allocated (believed) GPU-hours / W: what the scheduler shows (inferred from processes without allocations)
+    allocated_utilization: Figure | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """The four-state ledger (GPU-h, summing to W) and how "allocated" was established.
+
+    basis: "allocations" (every host with telemetry has scheduler allocations), "mixed" (some do: the others
+    infer allocated from processes) or "processes" (no allocations: believed = held, as before).
+    scheduler_gpu_hours: Σ gpus × duration of the allocation rows inside the trial window (what the scheduler
+    reports), unmapped_gpu_hours: the part with no telemetry GPU to map onto, held_outside_allocation_gpu_hours:
+    active time beyond the allocation on hosts with allocations, inferred_share: share of the mapped allocated
+    time placed on GPUs without a process of the job. per_week: the states per ISO week (stacked bars)."""
+
+    basis: str
+    observed_gpu_hours: Figure
+    unallocated: Figure
+    allocated_no_process: Figure
+    held_idle: Figure
+    productive: Figure
+    allocated_gpu_hours: Figure
+    scheduler_gpu_hours: Figure
+    unmapped_gpu_hours: Figure
+    held_outside_allocation_gpu_hours: Figure
+    inferred_share: Figure
+    hosts_with_allocations: int
+    hosts_without_telemetry: tuple[str, ...]
+    per_week: Table
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Chargeback:
+    """Showback per account, user, partition and namespace (analysis/chargeback.py): allocated, held and real
+    GPU-hours, efficiency, the idle part and its cost at usd_per_gpu_hour (the configured cloud list price),
+    ranked by that cost; rows of each table sum to the fleet totals. idle_jobs: jobs at 0 % for an hour or more,
+    and jobs that went idle after an active stretch."""
+
+    usd_per_gpu_hour: float
+    by_account: Table
+    by_user: Table
+    by_partition: Table
+    by_namespace: Table
+    idle_jobs: Table
+
+    def by(self, key: str) -> Table:
+        return {"account": self.by_account, "user": self.by_user, "partition": self.by_partition,
+                "namespace": self.by_namespace}[key]
 
 
 @dataclass(frozen=True)
@@ -703,6 +752,8 @@ class AnalysisResult:
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
     consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
+    ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
+    chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self, rich=True)  # plain JSON-able values, stable keys

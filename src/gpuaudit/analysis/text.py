@@ -15,6 +15,22 @@ def _ci(low: float | None, high: float | None, level: float, fmt: object = _pct)
     return f"({level:.0%} CI {fmt(low)}–{fmt(high)})"  # type: ignore[operator]
 
 
+def _ledger_lines(r: AnalysisResult) -> list[str]:
+    """The four-state ledger in one line, and the scheduler's view when allocations were imported."""
+    led = r.ledger
+    if led is None:
+        return []
+    w = led.observed_gpu_hours.value or 0.0
+    parts = ", ".join(f"{name} {_pct((getattr(led, key).value or 0.0) / w if w else None)}" for key, name in (
+        ("productive", "productive"), ("held_idle", "held idle"), ("allocated_no_process", "allocated no process"),
+        ("unallocated", "unallocated")))
+    out = [f"ledger ({led.basis}): {parts}"]
+    if led.basis != "processes" and r.utilization.allocated_utilization is not None:
+        out.insert(0, f"allocated utilization     {_pct(r.utilization.allocated_utilization.value)}  (what the "
+                      "scheduler shows)")
+    return out
+
+
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
@@ -40,6 +56,7 @@ def summary(r: AnalysisResult) -> str:
         f"phantom gap               {gap_sign}{_pct(u.phantom_gap.value)}",
         f"idle-held GPU-hours       {gap_sign}{u.idle_held_gpu_hours.value:,.1f}",
         f"never-used GPUs           {int(u.never_used_count.value or 0)}",
+        *_ledger_lines(r),
         "",
         f"recommendation: {d.recommendation.upper()} (confidence {conf.level}) — {d.headline}",
         f"  rule {d.rule.id} → {d.branch.value}"

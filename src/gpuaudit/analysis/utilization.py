@@ -293,7 +293,7 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
     )
 
 
-def _holder_hours(roll: Rollups) -> pl.DataFrame:
+def holder_hours(roll: Rollups) -> pl.DataFrame:
     """Held and real GPU-seconds per (user, job, pod) per GPU-hour: each holder gets a share of the
     GPU-hour's held time (and of the SM activity while held) proportional to its process rows in that
     hour; held time with no process rows is attributed to '(unattributed)'."""
@@ -396,7 +396,7 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         SRC_SAMPLES,
     )
 
-    hh = _holder_hours(roll)
+    hh = holder_hours(roll)
     per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
     per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
     per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",

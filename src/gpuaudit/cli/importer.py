@@ -1,4 +1,4 @@
-"""CLI for importers: `gpuaudit import prometheus`."""
+"""CLI for importers: `gpuaudit import prometheus`, `import slurm`, `import kubernetes`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import typer
 
 from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.errors import GpuauditError
 from gpuaudit.util.paths import local_path
 
 import_app = typer.Typer(
@@ -113,3 +114,106 @@ def prometheus(
         typer.echo(printable(line))
     for note in notes:
         typer.echo(f"note: {printable(note)}", err=True)
+
+
+def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
+    from gpuaudit.util.textsafe import printable
+
+    typer.echo(f"imported {s.rows} allocation rows ({s.jobs} {unit}, {s.gpu_hours:,.1f} GPU-hours allocated) "
+               f"from {what} into {printable(root)}")
+    if s.replaced:
+        typer.echo(f"replaced {s.replaced} rows of earlier imports")
+    for reason, n in sorted(s.skipped.items()):
+        example = s.examples.get(reason)
+        typer.echo(f"skipped {n} jobs: {reason}" + (f" (e.g. {printable(example)})" if example else ""), err=True)
+    if s.unknown_hosts:
+        shown = ", ".join(printable(h) for h in s.unknown_hosts[:5])
+        more = f" and {len(s.unknown_hosts) - 5} more" if len(s.unknown_hosts) > 5 else ""
+        typer.echo(f"warning: {len(s.unknown_hosts)} hosts have allocations but no telemetry in the dataset "
+                   f"({shown}{more}): kept, and reported by analyze as allocations outside the ledger", err=True)
+
+
+@import_app.command("slurm")
+@handle_errors
+def slurm(
+    sacct_file: str = typer.Option(None, "--sacct-file",
+                                   help="sacct --parsable2 output to read ('-': standard input). Without it, "
+                                        "gpuaudit runs sacct itself (it must be on PATH)."),
+    start: str = typer.Option("-30d", "--start", help="When running sacct: window start (ISO, -30d, now)."),
+    end: str = typer.Option("now", "--end", help="When running sacct: window end, same forms."),
+    tz: str = typer.Option(None, "--tz", help="Zone of sacct's times that carry no offset (sacct prints the "
+                                              "local time of the machine it ran on), e.g. Europe/Berlin; "
+                                              "default: this machine's zone."),
+    now: str = typer.Option("now", "--now", help="End given to running jobs (End=Unknown): ISO time or now."),
+    data: Path = DataOption,
+) -> None:
+    """Import Slurm allocations (sacct AllocTRES gres/gpu) into gpu_allocations: what the scheduler says each
+    job held, per job per host.
+
+    Example: sacct --allusers --parsable2 --format=JobID,JobIDRaw,User,Account,Partition,State,Start,End,\
+NodeList,AllocTRES -S 2026-01-01 > jobs.txt; gpuaudit import slurm --sacct-file jobs.txt --tz Europe/Berlin
+    """
+    from gpuaudit.importer.slurm import import_sacct, run_sacct, zone
+    from gpuaudit.importer.timespec import parse_time
+
+    zone_info = zone(tz)
+    t_now = parse_time(now, option="--now")
+    if sacct_file is None:
+        text = run_sacct(parse_time(start, option="--start"), parse_time(end, option="--end"))
+        what = "sacct"
+    elif sacct_file == "-":
+        text, what = sys.stdin.read(), "standard input"
+    else:
+        path = local_path(sacct_file, "--sacct-file", "a file")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise GpuauditError(f"--sacct-file {path}: not UTF-8 text (is it sacct --parsable2 output?)") from None
+        except OSError as e:
+            raise GpuauditError(f"cannot read --sacct-file {path}: {e.strerror or e}") from None
+        what = str(path)
+    root = data_path(data)
+    summary = import_sacct(root, text, tz=zone_info, now=t_now)
+    _allocation_summary(what, summary, root, "jobs")
+
+
+@import_app.command("kubernetes")
+@handle_errors
+def kubernetes(
+    url: str = typer.Option(..., "--url", envvar="GPUAUDIT_PROM_URL",
+                            help="Base URL of the Prometheus that scrapes kube-state-metrics (env "
+                                 "GPUAUDIT_PROM_URL)."),
+    start: str = typer.Option("-30d", "--start", help="Window start: ISO, a relative offset like -30d, or now."),
+    end: str = typer.Option("now", "--end", help="Window end, same forms as --start."),
+    step: str = typer.Option("60s", "--step", help="Resolution of pod start and end (60s, 5m)."),
+    selector: str = typer.Option("", "--selector", help='Extra label matchers, e.g. \'cluster="prod"\'.'),
+    bearer_token_file: Path = typer.Option(None, "--bearer-token-file",
+                                           help="File holding a bearer token (else env GPUAUDIT_PROM_TOKEN)."),
+    user: str = typer.Option(None, "--user", help="Basic-auth user."),
+    password: str = typer.Option(None, "--password", help="Basic-auth password; prefer env "
+                                                          "GPUAUDIT_PROM_PASSWORD."),
+    ca_file: Path = typer.Option(None, "--ca-file", help="CA bundle to verify the server's TLS certificate."),
+    insecure: bool = typer.Option(False, "--insecure", help="Do not verify TLS certificates."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for each HTTP answer."),
+    data: Path = DataOption,
+) -> None:
+    """Import Kubernetes GPU allocations (kube-state-metrics requests of nvidia.com/gpu and MIG resources, for
+    running pods) through Prometheus into gpu_allocations.
+
+    Example: gpuaudit import kubernetes --url http://prometheus:9090 --start -30d
+    """
+    from gpuaudit.importer.kubernetes import import_kubernetes
+    from gpuaudit.importer.promclient import transport
+    from gpuaudit.importer.timespec import parse_step_s, parse_time
+
+    if bearer_token_file is not None:
+        bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")
+    if ca_file is not None:
+        ca_file = local_path(ca_file, "--ca-file", "a file")
+    step_s = parse_step_s(step)
+    t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
+    conn = transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
+                     insecure=insecure, timeout_s=timeout)
+    root = data_path(data)
+    summary = import_kubernetes(root, conn, t_start, t_end, step_s, selector=selector)
+    _allocation_summary(url, summary, root, "pods")

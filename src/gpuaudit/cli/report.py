@@ -43,6 +43,10 @@ def report_cmd(
     fleet_gpus: int | None = FleetOption,
     engine: str = EngineOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
+    by: str = typer.Option(None, "--by", help="Chargeback / showback too: comma-separated account, user, "
+                                             "partition, namespace -> chargeback-KEY.csv and .json (allocated, "
+                                             "held, real GPU-hours, idle cost; rows sum to the fleet) and "
+                                             "idle-jobs.csv / .json."),
 ) -> None:
     """Write the audit report (HTML, Markdown, JSON) for a dataset, and print a short summary.
 
@@ -56,7 +60,7 @@ def report_cmd(
     report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
                    latency_sensitive=latency_sensitive, data_residency=data_residency,
                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
-                   engine=engine)
+                   engine=engine, by=by)
 
 
 @app.command("demo")

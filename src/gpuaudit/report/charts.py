@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -101,11 +101,15 @@ def _short(label: str, limit: int = 28) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
-def utilization_bars(runtime_util: float, real_util: float, busy_util: float | None = None) -> str:
-    """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded."""
-    fig, ctx = _figure(2.0, "utilization")
+def utilization_bars(runtime_util: float, real_util: float, busy_util: float | None = None,
+                     allocated_util: float | None = None) -> str:
+    """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded; with
+    scheduler allocations, the allocated share on top as what is believed and runtime hours as held."""
+    fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization")
     ax = fig.add_subplot()
     rows = [("Runtime hours (believed)", runtime_util, BELIEVED)]
+    if allocated_util is not None:
+        rows = [("Allocated (believed)", allocated_util, "#7b8794"), ("Runtime hours (held)", runtime_util, BELIEVED)]
     if busy_util is not None:
         rows.append(("Kernel busy (duty cycle)", busy_util, "#6b8fb8"))
     rows.append(("SM active (real)", real_util, REAL))
@@ -114,15 +118,44 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
         ax.barh(i, value, color=color, height=0.6)
         ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows])
-    gap = runtime_util - real_util
-    if gap > 0:
-        ax.axvspan(real_util, runtime_util, color=WASTE, alpha=0.08, lw=0)
+    top = runtime_util if allocated_util is None else max(allocated_util, runtime_util)
+    if top > real_util:
+        ax.axvspan(real_util, top, color=WASTE, alpha=0.08, lw=0)
+    gap = runtime_util - real_util  # the phantom gap is R/W - S/W, whatever the scheduler shows
     ax.set_xlim(0, 1.0)
     _pct_axis(ax.xaxis)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
     ax.set_title(f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
     return _svg(fig, ctx, "Believed vs real utilization")
+
+
+LEDGER_COLORS = {"productive": REAL, "held_idle": WASTE, "allocated_no_process": "#f59e0b",
+                 "unallocated": "#cbd2d9"}
+LEDGER_LABELS = {"productive": "productive (SM active)", "held_idle": "held, SMs idle",
+                 "allocated_no_process": "allocated, no process", "unallocated": "unallocated"}
+
+
+def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
+    """The four-state ledger per week as stacked bars (GPU-hours): productive at the bottom."""
+    fig, ctx = _figure(2.6, "ledger")
+    ax = fig.add_subplot()
+    xs = list(range(len(weeks)))
+    bottom = [0.0] * len(weeks)
+    for key in ("productive", "held_idle", "allocated_no_process", "unallocated"):
+        values = [float(v) for v in states.get(key, [0.0] * len(weeks))]
+        ax.bar(xs, values, bottom=bottom, color=LEDGER_COLORS[key], width=0.75, label=LEDGER_LABELS[key])
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    step = max(1, -(-len(weeks) // 10))
+    ax.set_xticks(xs[::step], [str(w) for w in weeks][::step])
+    ax.set_xlabel("week starting (UTC)")
+    ax.set_ylabel("GPU-hours")
+    ax.yaxis.set_major_formatter(_thousands_formatter())
+    ax.grid(axis="y", color=GRID, lw=0.6)
+    ax.set_axisbelow(True)
+    ax.legend(frameon=False, loc="upper left", ncols=4, fontsize=8, bbox_to_anchor=(0, -0.28))
+    ax.set_title("Where every observed GPU-hour went, per week")
+    return _svg(fig, ctx, "Ledger per week")
 
 
 def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: str, color: str = WASTE) -> str:
@@ -350,3 +383,9 @@ def _plain_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:,.3g}")
+
+
+def _thousands_formatter():
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:,.0f}")

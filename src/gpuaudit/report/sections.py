@@ -337,14 +337,22 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
         _fig("Efficiency while held S/R", u.efficiency_while_held),
         _fig("Kernel busy (duty cycle) B/W", u.busy_utilization),
     ]
+    led = r.ledger
+    scheduled = led is not None and led.basis != "processes"
+    if scheduled and u.allocated_utilization is not None:
+        figs.insert(0, _fig("Believed: allocated (scheduler) utilization", u.allocated_utilization))
+        figs[1] = _fig("Held: runtime-hour utilization R/W", u.runtime_utilization)
     step("chart: believed vs real")
     chart = Chart(
         name="utilization",
         title="Believed vs real utilization",
-        svg=charts.utilization_bars(_v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value),
+        svg=charts.utilization_bars(_v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value,
+                                    _v(u.allocated_utilization) if scheduled and u.allocated_utilization else None),
         caption="Runtime hours count a GPU as used whenever a process holds it; SM active measures the share "
-                "of the GPU's streaming multiprocessors doing work.",
+                "of the GPU's streaming multiprocessors doing work."
+                + (" Allocated is what the scheduler shows: GPUs it gave to jobs, used or not." if scheduled else ""),
     )
+    ledger_parts = _ledger_parts(r, step) if led is not None else ((), ())
     rows = []
     for label, f in (
         ("W observed GPU-hours", u.observed_gpu_hours),
@@ -367,13 +375,47 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
                      "work (one busy SM of 132 reads 100 %), an upper bound tighter than the duty cycle. To measure "
                      "SM activity, add this line to the dcgm-exporter counters CSV (it ships commented out): "
                      f"{schema.DCGM_SM_ACTIVE_CSV_LINE}")
+    if led is not None:
+        notes.extend(led.notes)
     at_most = "at most " if u.real_is_upper_bound else ""
     at_least = "at least " if u.real_is_upper_bound else ""
     lead = (f"The fleet looks {fmt.pct(u.runtime_utilization.value)} used if you count the hours a job held a "
             f"GPU, but its SMs were active {at_most}{fmt.pct(u.real_utilization.value)} of the time: "
             f"{at_least}{fmt.hours(gap_hours)} of held GPU time did no work.")
-    return Section("believed-vs-real", "Believed vs real utilization", lead, tuple(figs), (chart,), (table,),
-                   tuple(notes))
+    if scheduled and u.allocated_utilization is not None:
+        lead = (f"The scheduler shows the fleet {fmt.pct(u.allocated_utilization.value)} allocated; processes held "
+                f"its GPUs {fmt.pct(u.runtime_utilization.value)} of the time, and its SMs were active "
+                f"{at_most}{fmt.pct(u.real_utilization.value)} of it: {at_least}{fmt.hours(gap_hours)} of held "
+                "GPU time did no work.")
+    return Section("believed-vs-real", "Believed vs real utilization", lead, tuple(figs),
+                   (chart, *ledger_parts[0]), (table, *ledger_parts[1]), tuple(notes))
+
+
+def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...], tuple[ReportTable, ...]]:
+    """The four-state ledger: the fleet's states as a table, and per week as stacked bars."""
+    led = r.ledger
+    w = led.observed_gpu_hours.value or 0.0
+    rows = []
+    for key in ("productive", "held_idle", "allocated_no_process", "unallocated"):
+        f = getattr(led, key)
+        share = f.value / w if w > 0 and f.value is not None else None
+        rows.append((charts.LEDGER_LABELS[key], fmt.unit_value(f.value, f.unit), fmt.pct(share), f.definition))
+    basis = ("from the scheduler's allocations" if led.basis == "allocations" else
+             "from the scheduler's allocations where hosts have them" if led.basis == "mixed" else
+             "no scheduler allocations imported: believed is inferred from processes")
+    table = ReportTable(columns=("state", "GPU-hours", "share of W", "meaning"), rows=tuple(rows),
+                        numeric=(False, True, True, False),
+                        caption=f"Every observed GPU-hour in one of four states ({basis})")
+    weeks = [row["week"] for row in led.per_week.rows]
+    if not weeks:
+        return (), (table,)
+    step("chart: ledger per week")
+    states = {k: [row[k] for row in led.per_week.rows]
+              for k in ("productive", "held_idle", "allocated_no_process", "unallocated")}
+    chart = Chart(name="ledger", title="Ledger per week", svg=charts.ledger_weekly(weeks, states),
+                  caption="Stacked per week, the four states sum to the observed GPU-hours: productive (SM "
+                          "activity), held with the SMs idle, allocated with no process, and unallocated.")
+    return (chart,), (table,)
 
 
 def _v(f: Figure) -> float:

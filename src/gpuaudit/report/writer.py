@@ -73,8 +73,9 @@ def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterabl
 
 
 def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FORMATS, *, version: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> WrittenReport:
-    """Render `result` (an AnalysisResult) into `out` in the given formats; return what was written."""
+                 progress: Callable[[str], None] | None = None, by: Iterable[str] = ()) -> WrittenReport:
+    """Render `result` (an AnalysisResult) into `out` in the given formats; return what was written. `by`:
+    chargeback keys (account, user, partition, namespace) whose CSV and JSON files are written too."""
     from gpuaudit import __version__
     from gpuaudit.report import render
     from gpuaudit.report.sections import build_report
@@ -111,6 +112,11 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
         # `gpuaudit analyze --json` prints the same object indented for people. Never NaN / Infinity tokens,
         # never a raw control or bidi character (JSON escapes: the data round-trips).
         files.append((written.files["json"], json_text(result.to_dict(), separators=(",", ":")) + "\n"))
+    from gpuaudit.report.chargeback import chargeback_files
+
+    for path, text in chargeback_files(result, out, by):
+        written.files[path.name] = path
+        files.append((path, text))
     step("writing the report files")
     write_files(out, files, stale_files(out, formats, written.charts))
     return written

@@ -312,6 +312,34 @@ def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]) 
             files)
 
 
+def _write_allocations(root: Path, model: LoadModel, first_s: float, last_s: float) -> dict[str, Any]:
+    """The scheduler's allocations of the schedule (LoadModel.allocations) as gpu_allocations, one file per
+    source and partition as the importers write them; returns their ground truth inside the trial window
+    [first_s, last_s]: allocated GPU-hours, and the part with no process of the job on its GPUs (exact, in
+    continuous time: allocation minus the job's own held span)."""
+    from gpuaudit import store
+    from gpuaudit.importer.allocations import frame
+
+    rows = model.allocations(first_s, last_s)
+    start = model.start
+    w0, w1 = start + timedelta(seconds=first_s), start + timedelta(seconds=last_s)
+    total = idle = 0.0
+    for r in rows:
+        a0, a1 = max(r["start_ts"], w0), min(r["end_ts"], w1)
+        total += r["gpus"] * max((a1 - a0).total_seconds(), 0.0)
+        j0, j1 = max(r.pop("_held_start"), a0), min(r.pop("_held_end"), a1)
+        idle += r["gpus"] * ((a1 - a0).total_seconds() - max((j1 - j0).total_seconds(), 0.0))
+    df = frame(rows)
+    by_source: dict[str, int] = {}
+    for source in ("slurm", "kubernetes"):
+        part = df.filter(df["source"] == source)
+        if part.height:
+            store.write_table(root, schema.ALLOCATIONS, part, name=source)
+            by_source[source] = part.height
+    return {"rows": df.height, "by_source": by_source, "allocated_gpu_hours": round(total / 3600, 6),
+            "allocated_no_process_gpu_hours": round(idle / 3600, 6)}
+
+
 def _run(results: Any, totals: list[int], progress: Progress | None, n: int) -> None:
     for i, r in enumerate(results):
         for k, x in enumerate(r):
@@ -392,8 +420,9 @@ def simulate(
     runtime_util = held / rows if rows else 0.0
     real_util = sm_sum / 1000 / rows if rows else 0.0
     branch = decision_branch(real_util, thresholds.cloud_below, thresholds.on_prem_above)
+    allocated = _write_allocations(root, model, -interval_s, (n_steps - 1) * interval_s)
     meta.update(runtime_util=round(runtime_util, 6), real_util=round(real_util, 6), branch=branch,
-                rows=rows, process_rows=process_rows, complete=True)
+                rows=rows, process_rows=process_rows, allocations=allocated, complete=True)
     store.write_json(root, SIDECAR, meta)
     sizes = {t: sum(f.stat().st_size for f in (root / t).rglob("*.parquet")) if (root / t).is_dir() else 0
              for t in schema.TABLES}

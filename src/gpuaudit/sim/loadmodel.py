@@ -22,13 +22,14 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.schema import MIB
 from gpuaudit.sim.workload import (
     DAY_S,
+    DUTY_FILL,
     GPU_MEM_TOTAL_BYTES,
     GPU_NAME,
     GPUS_PER_HOST,
@@ -314,7 +315,7 @@ class LoadModel:
                     "lane": lane, "start": t, "end": t + d, "setup_end": t + setup,
                     "debug_frac": rng.uniform(lo, hi), "sm": rng.uniform(slo, shi),
                     "occ_ratio": rng.uniform(0.45, 0.8), "tensor_ratio": rng.uniform(0.25, 0.65),
-                    "dram_ratio": rng.uniform(0.2, 0.55), "duty_fill": rng.uniform(0.75, 0.98),
+                    "dram_ratio": rng.uniform(0.2, 0.55), "duty_fill": rng.uniform(*DUTY_FILL),
                     "mem_mib": int(rng.uniform(*bp.mem_gib) * 1024),
                     "nproc": 2 if rng.random() < bp.two_process_share else 1,
                     "pid": rng.randrange(2000, 3_000_000), "user": u0 + rng.randrange(bp.users),
@@ -387,7 +388,7 @@ class LoadModel:
                     "lane": lane, "start": s, "end": e, "setup_end": s + lrng.uniform(20, 60),
                     "debug_frac": lrng.uniform(0.02, 0.1), "sm": lrng.uniform(lo, hi),
                     "occ_ratio": lrng.uniform(0.3, 0.55), "tensor_ratio": lrng.uniform(0.2, 0.45),
-                    "dram_ratio": lrng.uniform(0.45, 0.8), "duty_fill": lrng.uniform(0.6, 0.9),
+                    "dram_ratio": lrng.uniform(0.45, 0.8), "duty_fill": lrng.uniform(*DUTY_FILL),
                     "mem_mib": int(lrng.uniform(*sp.mem_gib) * 1024), "nproc": 1,
                     "pid": lrng.randrange(2000, 200_000), "user": pool_u, "command": cmd,
                     "pod": pod, "namespace": ns, "slurm": False,
@@ -583,6 +584,72 @@ class LoadModel:
                 mem_used_bytes=int(v["mem_mib"][g]) * MIB, mem_total_bytes=GPU_MEM_TOTAL_BYTES,
                 power_w=float(v["power_w"][g]), temp_c=int(v["temp_c"][g]), processes=procs,
             ))
+        return out
+
+    def allocations(self, first_s: float, last_s: float) -> list[dict[str, Any]]:
+        """What the scheduler allocated, consistent with the schedule: one row per job per host (a lane's GPUs
+        are on one host). A Slurm job's allocation starts before its processes (prolog, environment: 20 s to
+        2 min) and an interactive session often stays open after its last process ends (salloc kept open: 10
+        min to 3 h, 70 % of them): allocated time with no process. A Kubernetes pod holds its GPUs from
+        container creation (10-40 s before the process) to the end of its grace period (30 s). Never two
+        allocations of one GPU at once: the tail stops before the lane's next allocation. Rows outside
+        [first_s, last_s] (seconds since the start) are left out; an allocation still open at last_s ends
+        there, RUNNING (as sacct --now closes it)."""
+        import numpy as np
+
+        jobs = self.jobs
+        if not len(jobs.lane):
+            return []
+        lane_gpus: dict[int, list[int]] = {}
+        for g, lane in enumerate(self.lane_of_gpu.tolist()):
+            lane_gpus.setdefault(lane, []).append(g)
+        starts, ends = jobs.start.astype(float).copy(), jobs.end.astype(float).copy()
+        slurm = jobs.job_id >= 0
+        rng = np.random.default_rng([self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF, 11])
+        n = len(starts)
+        interactive = np.array([self.commands[c] in INTERACTIVE_CMDS for c in jobs.command.tolist()])
+        pre = np.where(slurm, rng.uniform(20, 120, n), rng.uniform(10, 40, n))
+        post = np.where(slurm, np.where(interactive & (rng.random(n) < 0.7), rng.uniform(600, 3 * 3600, n), 0.0),
+                        30.0)
+        a_start = starts - pre
+        a_end = ends + post
+        same_lane_next = np.concatenate([jobs.lane[1:] == jobs.lane[:-1], [False]])
+        next_start = np.concatenate([a_start[1:], [np.inf]])
+        a_end = np.where(same_lane_next, np.minimum(a_end, next_start), a_end)
+        prev_end = np.concatenate([[-np.inf], a_end[:-1]])
+        same_lane_prev = np.concatenate([[False], jobs.lane[1:] == jobs.lane[:-1]])
+        a_start = np.where(same_lane_prev, np.maximum(a_start, prev_end), a_start)
+        out = []
+        accounts = {"phantom": "research", "idle-cluster": "genomics", "steady-training": "pretrain",
+                    "bursty-agents": "agents"}
+        for j in range(n):
+            s0, e0 = float(a_start[j]), float(a_end[j])
+            if e0 <= first_s or s0 >= last_s or e0 <= s0:
+                continue
+            gpus = lane_gpus[int(jobs.lane[j])]
+            h = int(self.gpu_host[gpus[0]])
+            kind = self.host_kind[h].name
+            running = e0 > last_s
+            e0 = min(e0, last_s)
+            user_i, pod_i, ns_i = int(jobs.user[j]), int(jobs.pod[j]), int(jobs.namespace[j])
+            row: dict[str, Any]
+            if slurm[j]:
+                jid = str(int(jobs.job_id[j]))
+                row = {"job_id": jid, "job_id_raw": jid, "user": self.users[user_i] if user_i >= 0 else None,
+                       "account": accounts.get(kind, kind),
+                       "partition": "interactive" if interactive[j] else "gpu-large" if len(gpus) == 8 else "gpu",
+                       "namespace": None, "state": "RUNNING" if running else "COMPLETED", "source": "slurm"}
+            else:
+                ns = self.namespaces[ns_i] if ns_i >= 0 else "default"
+                row = {"job_id": f"{ns}/{self.pods[pod_i]}", "job_id_raw": None, "user": None,
+                       "account": None, "partition": None, "namespace": ns,
+                       "state": "Running" if running else "Succeeded", "source": "kubernetes"}
+            row |= {"host": self.hosts[h], "gpus": float(len(gpus)), "gpu_type": "h100", "mig_profile": None,
+                    "start_ts": self.start + timedelta(seconds=s0), "end_ts": self.start + timedelta(seconds=e0),
+                    # the span its processes held the GPUs (ground truth only; not a column)
+                    "_held_start": self.start + timedelta(seconds=float(starts[j])),
+                    "_held_end": self.start + timedelta(seconds=float(ends[j]))}
+            out.append(row)
         return out
 
     def _process(self, j: int, pid: int, share: float, mem_mib: int, sm_k: int) -> ProcessLoad:

@@ -28,6 +28,10 @@ IDLE_POWER_W = 70.0  # no context on the GPU
 HELD_IDLE_POWER_W = 105.0  # a context and allocated memory, but no kernels
 DAY_S = 86400
 WARMUP_S = 14 * DAY_S  # jobs start before the window so it opens mid-stream, not on an empty fleet
+# Duty cycle in compute phases = sm + (1 - sm) × fill: some kernel runs nearly all the time even when few SMs
+# are busy. Calibrated to the Acme traces (NSDI'24): held GPUs show a median duty cycle of 97-99 % but a
+# median SM activity of ~34-50 % (shared/reference/field-figures.md).
+DUTY_FILL = (0.93, 0.995)
 
 
 def decision_branch(real_util: float, cloud_below: float | None = None, on_prem_above: float | None = None) -> str:
@@ -147,10 +151,12 @@ PHANTOM = WorkloadScenario(
         durations=((0.5, 45 * 60, 0.9), (0.4, 5 * 3600, 0.7), (0.1, 30 * 3600, 0.5)),
         max_duration_s=5 * DAY_S,
         interactive_share=0.6,
-        debug_batch=(0.15, 0.3),
-        debug_interactive=(0.6, 0.85),
-        sm_batch=(0.52, 0.72),
-        sm_interactive=(0.45, 0.65),
+        # Held and half-loaded more than held and dark (Acme: held GPUs' median SM activity ~34-50 % at a
+        # 97-99 % duty cycle): short debug pauses, compute phases that keep few SMs busy.
+        debug_batch=(0.02, 0.06),
+        debug_interactive=(0.04, 0.12),
+        sm_batch=(0.38, 0.47),
+        sm_interactive=(0.30, 0.44),
         phase_mean_s=40 * 60,
         setup_s=(120, 1800),
         mem_gib=(12, 76),
@@ -178,9 +184,9 @@ IDLE_CLUSTER = WorkloadScenario(
         durations=((0.6, 2 * 3600, 0.7), (0.4, 9 * 3600, 0.6)),
         max_duration_s=3 * DAY_S,
         interactive_share=0.1,
-        debug_batch=(0.05, 0.2),
+        debug_batch=(0.02, 0.08),
         debug_interactive=(0.5, 0.8),
-        sm_batch=(0.75, 0.95),
+        sm_batch=(0.55, 0.75),  # held at a ~99 % duty cycle, SMs two-thirds busy (Acme-calibrated)
         sm_interactive=(0.3, 0.5),
         phase_mean_s=30 * 60,
         setup_s=(60, 600),
@@ -259,15 +265,15 @@ MIXED = WorkloadScenario(
     name="mixed",
     title="A shared fleet: steady training, research jobs, bursty inference and idle nodes",
     truth=GroundTruth(
-        runtime_util=0.67,
-        real_util=0.49,
+        runtime_util=0.62,
+        real_util=0.39,
         branch="hybrid",
         situation="A typical shared fleet: one team trains around the clock, research teams run phantom-style "
         "jobs, an inference service bursts, and a few nodes bought for a pipeline sit idle; the "
         "answer is hybrid (own the steady base, rent the bursts).",
     ),
     default_gpus=128,
-    parts=(("steady-training", 0.375), ("phantom", 0.375), ("bursty-agents", 0.125), ("idle-cluster", 0.125)),
+    parts=(("steady-training", 0.25), ("phantom", 0.5), ("bursty-agents", 0.125), ("idle-cluster", 0.125)),
     tolerance=0.05,
 )
 

@@ -34,7 +34,8 @@ DEFAULT_DATA = "gpuaudit-data"
 STAGING = ".staging"
 PUSH_TARGET = ".gpuaudit-push-target"  # marks a directory `gpuaudit push` collects into
 STALE_STAGING_S = 24 * 3600
-SORT_KEYS = {schema.SAMPLES: ("gpu_uuid", "mig_instance", "ts"), schema.PROCESSES: ("gpu_uuid", "ts", "pid")}
+SORT_KEYS = {schema.SAMPLES: ("gpu_uuid", "mig_instance", "ts"), schema.PROCESSES: ("gpu_uuid", "ts", "pid"),
+             schema.ALLOCATIONS: ("start_ts", "job_id")}
 
 
 def data_root(path: Path | str | None = None) -> Path:

@@ -174,11 +174,11 @@ def compact(
 
 def _compact(root: Path, table: str | None, host: str | None, date: str | None, on_step: StepHook | None
              ) -> CompactStats:
-    tables = [table] if table else list(schema.TABLES)
+    tables = [table] if table else list(schema.COMPACTED_TABLES)
     stats = CompactStats()
     for t in tables:
-        if t not in schema.TABLES:
-            raise GpuauditError(f"unknown table {t!r}; expected one of {', '.join(schema.TABLES)}")
+        if t not in schema.COMPACTED_TABLES:
+            raise GpuauditError(f"unknown table {t!r}; expected one of {', '.join(schema.COMPACTED_TABLES)}")
         base = root / t
         if not base.is_dir():
             continue

@@ -230,9 +230,9 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
     for c in cols:
         q = schema.quote_ident(c.name)
         is_float = c.sql_type in _FLOATS
-        if c.name == "ts":
+        if c.sql_type == "TIMESTAMPTZ":  # ts; an allocation's start_ts and end_ts
             rule: tuple[str, str] | None = (
-                f"ts before {schema.TS_MIN} or more than {schema.TS_MAX_AHEAD_S // 86400} day in the future",
+                f"{c.name} before {schema.TS_MIN} or more than {schema.TS_MAX_AHEAD_S // 86400} day in the future",
                 f"{q} BETWEEN TIMESTAMPTZ '{schema.TS_MIN} 00:00:00+00' AND {latest}")
         elif c.name == "interval_s":
             rule = (f"interval_s not in (0, {schema.MAX_INTERVAL_S:g}]", f"{q} > 0 AND {q} <= {schema.MAX_INTERVAL_S}")
@@ -253,6 +253,8 @@ def row_checks(table: str, now: datetime | None) -> list[Check]:
         checks += [(*rule, True)] if rule else []
         for reason, ok, filtered in checks:
             out.append(Check(reason, f"({q} IS NULL OR {ok})" if c.nullable else ok, filtered))
+    if table == schema.ALLOCATIONS:
+        out.append(Check("end_ts before start_ts", "end_ts >= start_ts", True))
     return out
 
 

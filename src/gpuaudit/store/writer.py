@@ -100,7 +100,7 @@ def _check_values(con: duckdb.DuckDBPyConnection, table: str, present: Sequence[
 
     by_name = {c.name: c for c in cols}
     checks = [f"count(*) FILTER (WHERE {ref(c)} IS NULL)" for c in cols if not c.nullable]
-    frac = [n for n in _FRACTION_COLS[table] if n in present]
+    frac = [n for n in _FRACTION_COLS.get(table, ()) if n in present]
     checks += [f"count(*) FILTER (WHERE {ref(by_name[n])} < {-_TOL} OR {ref(by_name[n])} > {1 + _TOL})" for n in frac]
     names = [c.name for c in cols if not c.nullable] + frac
     if cast:  # the other columns: converted and counted only so that a bad value raises
@@ -145,7 +145,7 @@ class _Part:
 _DATE_COL = "__gpuaudit_date"
 
 
-def _splittable(data: Any) -> bool:
+def _splittable(data: Any, ts_col: str = "ts") -> bool:
     """Whether `data` is a polars DataFrame that _frame_parts can split itself: its partition keys have
     types whose conversion it does not need DuckDB for. Checked by module name first: the agent's path
     (plain lists) never imports polars."""
@@ -153,14 +153,14 @@ def _splittable(data: Any) -> bool:
         return False
     import polars as pl
 
-    ts_type, host_type = data.schema.get("ts"), data.schema.get("host")
+    ts_type, host_type = data.schema.get(ts_col), data.schema.get("host")
     # Datetime in us or ms converts to TIMESTAMPTZ exactly, so the UTC date computed here is the one the
     # stored ts falls on (ns would be truncated by DuckDB; strings would be parsed by it).
     return (isinstance(ts_type, pl.Datetime) and ts_type.time_unit in ("us", "ms")
             and (host_type == pl.String or isinstance(host_type, pl.Categorical | pl.Enum)))
 
 
-def _frame_parts(df: pl.DataFrame) -> list[_Part]:
+def _frame_parts(df: pl.DataFrame, ts_col: str = "ts") -> list[_Part]:
     """Split a validated, _splittable polars input into its partitions without a copy through DuckDB:
     contiguous runs of one (host, date) become zero-copy slices (as the simulator writes them),
     anything else a partition_by."""
@@ -168,7 +168,7 @@ def _frame_parts(df: pl.DataFrame) -> list[_Part]:
 
     if df.height == 0:
         return []
-    ts = pl.col("ts").dt.convert_time_zone("UTC") if getattr(df.schema["ts"], "time_zone", None) else pl.col("ts")
+    ts = pl.col(ts_col).dt.convert_time_zone("UTC") if getattr(df.schema[ts_col], "time_zone", None) else pl.col(ts_col)
     runs = df.select(pl.struct(pl.col("host"), ts.dt.date().alias(_DATE_COL)).rle().alias("r")).unnest("r")
     keys = [(v["host"], v[_DATE_COL].isoformat()) for v in runs["value"].to_list()]
     if len(set(keys)) == len(keys):
@@ -194,7 +194,8 @@ def write_table(
     name: str | None = None,
     presorted: bool = False,
 ) -> list[Path]:
-    """Write rows of `table` (schema.SAMPLES or schema.PROCESSES) into the dataset at `root`.
+    """Write rows of `table` (schema.SAMPLES, PROCESSES or ALLOCATIONS) into the dataset at `root`; a row's
+    `date` partition is the UTC date of its schema.PARTITION_TIME column (`ts`; an allocation's `start_ts`).
 
     `data` is a polars DataFrame, a pyarrow Table, or a mapping of column name -> list. One new file per
     (host, date) partition touched; `name` gives a deterministic file stem instead (writing the same name
@@ -216,7 +217,8 @@ def write_table(
         order = ", ".join(SORT_KEYS[table])
         stored = schema.stored_columns(table)
         stored_names = ", ".join(schema.quote_ident(c.name) for c in stored)
-        if _splittable(data):
+        ts_col = schema.PARTITION_TIME[table]
+        if _splittable(data, ts_col):
             # polars input: validated in one DuckDB scan that converts every column (a bad value fails
             # before anything is written), then each partition is cast and written straight from its slice:
             # no typed copy of the whole input.
@@ -224,7 +226,7 @@ def write_table(
             _check_columns(table, present)
             _register_input(con, data)
             _check_values(con, table, present, "_input", cast=True)
-            parts = _frame_parts(data)
+            parts = _frame_parts(data, ts_col)
             typed = schema.typed_select(table, set(present), columns=stored, bounded=True)
         else:
             present = _register_input(con, data)
@@ -232,7 +234,7 @@ def write_table(
             # A plain (not TEMP) table of this private in-memory database, so per-thread cursors see it.
             con.execute(
                 f"CREATE TABLE _typed AS SELECT {schema.typed_select(table, set(present), bounded=True)}, "
-                "CAST(timezone('UTC', ts) AS DATE) AS date FROM _input"
+                f"CAST(timezone('UTC', {schema.quote_ident(ts_col)}) AS DATE) AS date FROM _input"
             )
             _check_values(con, table, present)
             keys = con.execute("SELECT DISTINCT host, date::VARCHAR FROM _typed ORDER BY 1, 2").fetchall()

@@ -42,7 +42,9 @@ class Engine(Protocol):
 class Rollups:
     """gpu_hours: one row per GPU (or MIG slice) per hour. demand: one row per DEMAND_BUCKET_S bucket.
     holders: per GPU per hour per (user, job, pod), its process rows (the weight of its share).
-    skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract)."""
+    skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract).
+    allocations: the scheduler's allocations (sql/analysis_allocations.sql), one row per job per host; None or
+    empty when the dataset has none (the ledger then infers "allocated" from processes)."""
 
     gpu_hours: pl.DataFrame
     demand: pl.DataFrame
@@ -57,6 +59,7 @@ class Rollups:
     elastic_demand: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
         schema={"bucket_s": pl.Float64, "observed_s": pl.Float64, "held_s": pl.Float64,
                 "max_interval_s": pl.Float64}))
+    allocations: pl.DataFrame | None = None
 
 
 class DuckDBEngine:
@@ -104,6 +107,7 @@ def rollups_from(engine: Engine) -> Rollups:
         gpu_hours=rollup.sort(_GPU_HOUR),
         demand=demand.drop("bucket", strict=False).sort("bucket_s"),
         holders=holders,
+        allocations=engine.query(load_sql("analysis_allocations")),
     )
     elastic = engine.query(load_sql("analysis_elastic_gpus"))
     if elastic.height == 0:  # the usual case: no second scan

@@ -31,7 +31,7 @@ from gpuaudit.util import paths
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
-                "INTEGER": "INT", "BIGINT": "BIGINT", "DATE": "DATE"}
+                "INTEGER": "INT", "BIGINT": "BIGINT", "DATE": "DATE", "DOUBLE": "DOUBLE"}
 # Other types a foreign file's columns may have (DuckDB's names, from its footer), as Spark reads them.
 _READ_TYPES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMP", "TIMESTAMP": "TIMESTAMP_NTZ", "DOUBLE": "DOUBLE",
                "TINYINT": "TINYINT", "BOOLEAN": "BOOLEAN", "BLOB": "BINARY"}

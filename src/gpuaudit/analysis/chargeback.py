@@ -1,0 +1,194 @@
+"""Chargeback / showback: allocated, held and real GPU-hours per account, user, partition and namespace, the
+cost of the idle part, and the jobs that wasted GPUs (as Princeton's Job Defense Shield lists them).
+
+Per job: `allocated` from the scheduler's allocations (gpus × overlap with the trial window, exact), `held` and
+`real` from the per-GPU-hour attribution of held time to the processes' (user, job, pod) (utilization.py), the
+two joined by job id (Slurm JobID / JobIDRaw against the processes' job id; Kubernetes namespace/pod or pod
+UID). A job's group keys come from its allocation (user, account, partition, namespace), else from its
+processes (user, namespace; account and partition "(no allocation)"). Rows sum to the fleet totals: allocated
+to the scheduler's GPU-hours in the window, held to R, real to S (SM activity outside any held time is the row
+"(no process)").
+
+idle GPU-hours = max(allocated, held) − real; idle_usd = idle × the configured cloud list price per GPU-hour
+(what renting that idle time would have cost). efficiency = real / max(allocated, held).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpuaudit.analysis.result import Chargeback, Table, TableColumn
+
+H = 3600.0
+KEYS = ("account", "user", "partition", "namespace")
+NO_ALLOC = "(no allocation)"
+NO_PROCESS = "(no process)"
+UNATTRIBUTED = "(unattributed)"
+ZERO_UTIL_BELOW = 0.01  # SM activity below 1 % while held is "0 %"
+MIN_IDLE_HOURS = 1.0
+SRC = "gpu_allocations + gpu_processes attribution of gpu_samples GPU-hours"
+
+
+def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.DataFrame:
+    spec = {"jkey": pl.String, "source": pl.String, "job": pl.String, "job_id_raw": pl.String, "a_user": pl.String,
+            "account": pl.String, "partition": pl.String, "a_namespace": pl.String, "allocated_s": pl.Float64,
+            "alloc_gpus": pl.Float64}
+    if alloc is None or not alloc.height:
+        return pl.DataFrame(schema=spec)
+    a = alloc.with_columns(
+        (pl.min_horizontal(pl.col("end_s"), pl.lit(end_s)) - pl.max_horizontal(pl.col("start_s"), pl.lit(start_s)))
+        .clip(lower_bound=0.0).alias("dur_s"))
+    return a.group_by("source", "job_id").agg(
+        pl.col("job_id_raw").drop_nulls().first(), pl.col("user").drop_nulls().first().alias("a_user"),
+        pl.col("account").drop_nulls().first(), pl.col("partition").drop_nulls().first(),
+        pl.col("namespace").drop_nulls().first().alias("a_namespace"),
+        (pl.col("gpus") * pl.col("dur_s")).sum().alias("allocated_s"), pl.col("gpus").sum().alias("alloc_gpus"),
+    ).with_columns((pl.col("source") + ":" + pl.col("job_id")).alias("jkey"),
+                   pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
+
+
+def _alloc_keys(jobs: pl.DataFrame) -> pl.DataFrame:
+    slurm = pl.col("source") != "kubernetes"
+    raw = pl.col("job_id_raw").is_not_null()
+    return pl.concat([
+        jobs.filter(slurm).select("jkey", ("j:" + pl.col("job")).alias("key")),
+        jobs.filter(slurm & raw).select("jkey", ("j:" + pl.col("job_id_raw")).alias("key")),
+        jobs.filter(~slurm).select("jkey", ("p:" + pl.col("job")).alias("key")),
+        jobs.filter(~slurm & raw).select("jkey", ("u:" + pl.col("job_id_raw")).alias("key")),
+    ]).unique("key", keep="first", maintain_order=True)
+
+
+def _holder_key() -> pl.Expr:
+    return (pl.when(pl.col("job_id") != "").then("j:" + pl.col("job_id"))
+            .when(pl.col("k8s_pod") != "").then("p:" + pl.col("k8s_namespace") + "/" + pl.col("k8s_pod"))
+            .otherwise(pl.lit(None)))
+
+
+def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per job: group keys and allocated/held/real/idle-held seconds; per job per hour: held/real seconds)."""
+    jobs = _alloc_jobs(alloc, start_s, end_s)
+    keys = _alloc_keys(jobs)
+    hh = holder_hours.with_columns(_holder_key().alias("key"))
+    # A pod seen by UID only: match the UID too.
+    uid = hh.filter(pl.col("key").is_null() & (pl.col("k8s_pod") != "")).with_columns(
+        ("u:" + pl.col("k8s_pod")).alias("key"))
+    hh = pl.concat([hh.filter(~(pl.col("key").is_null() & (pl.col("k8s_pod") != ""))), uid])
+    hh = hh.join(keys, on="key", how="left")
+    pod_key = pl.when(pl.col("k8s_pod") != "").then(pl.col("k8s_namespace") + "/" + pl.col("k8s_pod"))
+    # Holders without an allocation: their own job (or pod) is the job; held time of no job is its user's.
+    hh = hh.with_columns(pl.coalesce(
+        pl.col("jkey"),
+        pl.when(pl.col("job_id") != "").then("proc:" + pl.col("job_id")).otherwise("proc:" + pod_key),
+        "user:" + pl.col("user")).alias("jkey"))
+    per_hour = hh.group_by("jkey", "hour_s").agg(pl.col("held_s", "real_s", "idle_held_s").sum(),
+                                                 pl.col("gpu_uuid").n_unique().alias("gpus"))
+    held = hh.group_by("jkey").agg(
+        pl.col("held_s", "real_s", "idle_held_s").sum(),
+        pl.col("user").first().alias("p_user"), pl.col("k8s_namespace").first().alias("p_namespace"),
+        pl.coalesce(pl.when(pl.col("job_id") != "").then(pl.col("job_id")), pod_key).first().alias("p_job"),
+        pl.struct("gpu_uuid", "mig_instance").n_unique().alias("gpus_used"))
+    out = jobs.join(held, on="jkey", how="full", coalesce=True)
+    out = out.with_columns(
+        pl.col("allocated_s", "held_s", "real_s", "idle_held_s").fill_null(0.0),
+        pl.coalesce("job", "p_job", pl.lit("")).alias("job"),
+        pl.coalesce("a_user", pl.when(pl.col("p_user") != "").then(pl.col("p_user")),
+                    pl.lit(UNATTRIBUTED)).alias("user"),
+        pl.coalesce("account", pl.lit(NO_ALLOC)).alias("account"),
+        pl.coalesce("partition", pl.lit(NO_ALLOC)).alias("partition"),
+        pl.coalesce("a_namespace", pl.when(pl.col("p_namespace") != "").then(pl.col("p_namespace")),
+                    pl.lit(NO_ALLOC)).alias("namespace"),
+        pl.when(pl.col("jkey").str.starts_with("user:")).then(pl.lit("user"))
+        .otherwise(pl.col("source").fill_null("processes")).alias("source"),
+    )
+    return out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
+                      "alloc_gpus", "gpus_used"), per_hour
+
+
+def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
+    """Chargeback rows for one key, ranked by the cost of the idle part; rows sum to the fleet totals."""
+    rows = jobs.group_by(by).agg(pl.col("allocated_s", "held_s", "real_s").sum(), pl.len().alias("jobs"))
+    if unheld_real_s > 1e-9:
+        rows = pl.concat([rows, pl.DataFrame({by: [NO_PROCESS], "allocated_s": [0.0], "held_s": [0.0],
+                                              "real_s": [unheld_real_s], "jobs": [0]}).cast(rows.schema)])
+    billed = pl.max_horizontal("allocated_s", "held_s")
+    rows = rows.with_columns(
+        (pl.col("allocated_s") / H).alias("allocated_gpu_hours"), (pl.col("held_s") / H).alias("held_gpu_hours"),
+        (pl.col("real_s") / H).alias("real_gpu_hours"),
+        (pl.when(billed > 0).then(pl.col("real_s") / billed)).alias("efficiency"),
+        ((billed - pl.col("real_s")).clip(lower_bound=0.0) / H).alias("idle_gpu_hours"),
+    ).with_columns((pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
+        ["idle_usd", by], descending=[True, False])
+    cols = (TableColumn(by, "", f"the {by} (from the allocation, else the processes)"),
+            TableColumn("jobs", "count", "jobs (or pods) seen"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated by the scheduler in the trial window"),
+            TableColumn("held_gpu_hours", "GPU-h", "held by the jobs' processes"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
+            TableColumn("efficiency", "fraction", "real ÷ max(allocated, held)"),
+            TableColumn("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
+            TableColumn("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the configured cloud list "
+                                      "price)"))
+    return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the idle part.", cols,
+                 tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
+
+
+def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: float) -> Table:
+    """Jobs that held (or were allocated) GPUs at 0 % SM activity for at least an hour, and jobs that went idle
+    after an active stretch (the last hours held with SM activity < 1 % after an hour at or above it)."""
+    real = jobs.filter(pl.col("source") != "user")
+    width = pl.max_horizontal(pl.col("gpus_used").fill_null(0), pl.col("alloc_gpus").fill_null(0), pl.lit(1))
+    zero = real.filter(
+        ((pl.col("held_s") > 0) & (pl.col("real_s") < ZERO_UTIL_BELOW * pl.col("held_s"))
+         & (pl.col("held_s") / width >= MIN_IDLE_HOURS * H))
+        | ((pl.col("held_s") <= 0) & (pl.col("allocated_s") / width >= MIN_IDLE_HOURS * H))
+    ).with_columns(
+        pl.when(pl.col("held_s") > 0).then(pl.lit("0 % SM activity while held"))
+        .otherwise(pl.lit("allocated, no process")).alias("reason"),
+        (pl.max_horizontal("allocated_s", "held_s") / H).alias("idle_gpu_hours"),
+        pl.lit(None, pl.Float64).alias("active_hours"))
+    ph = per_hour.with_columns((pl.col("real_s") >= ZERO_UTIL_BELOW * pl.col("held_s")).alias("active")).sort(
+        "jkey", "hour_s")
+    last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
+                                                                  pl.len().alias("active_hours"))
+    tail = ph.join(last_active, on="jkey").filter(pl.col("hour_s") > pl.col("last_active_s")).group_by("jkey").agg(
+        pl.len().alias("idle_hours"), (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))
+    went = real.join(last_active, on="jkey").join(tail, on="jkey").filter(
+        (pl.col("idle_hours") >= MIN_IDLE_HOURS) & ~pl.col("jkey").is_in(zero["jkey"].to_list())
+    ).with_columns(pl.lit("idle after an active stretch").alias("reason"),
+                   (pl.col("tail_idle_s") / H).alias("idle_gpu_hours"),
+                   pl.col("active_hours").cast(pl.Float64))
+    cols = (TableColumn("job", "", "job id (Slurm JobID, or namespace/pod)"), TableColumn("user", "", "user"),
+            TableColumn("account", "", "account"), TableColumn("reason", "", "why it is listed"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated"), TableColumn("held_gpu_hours", "GPU-h", "held"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
+            TableColumn("idle_gpu_hours", "GPU-h", "the idle part (after the active stretch for that reason)"),
+            TableColumn("active_hours", "hours", "hours with SM activity before it went idle"),
+            TableColumn("idle_usd", "USD", "idle GPU-hours × the configured cloud list price"))
+    both = pl.concat([d.select("job", "user", "account", "reason", "allocated_s", "held_s", "real_s",
+                               "idle_gpu_hours", "active_hours") for d in (zero, went)])
+    both = both.with_columns((pl.col("allocated_s") / H).alias("allocated_gpu_hours"),
+                             (pl.col("held_s") / H).alias("held_gpu_hours"),
+                             (pl.col("real_s") / H).alias("real_gpu_hours"),
+                             (pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
+        ["idle_usd", "job"], descending=[True, False])
+    return Table("idle_jobs", "Jobs that held GPUs at 0 % for at least an hour, or went idle after an active "
+                 "stretch (Job Defense Shield style), most costly first.", cols,
+                 tuple(both.select([c.name for c in cols]).to_dicts()), SRC)
+
+
+def unheld_real_s(gpu_hours: pl.DataFrame) -> float:
+    """SM activity outside held time (S − S while held), summed per GPU-hour: not the difference of two fleet
+    totals, which loses the small remainder to rounding. A GPU-hour whose two sums differ by less than 10 ppm
+    of its SM activity (an engine's float rounding, not a second of work) counts none."""
+    d = pl.col("real_s") - pl.col("real_held_s")
+    kept = pl.when(d > 1e-5 * pl.col("real_s")).then(d).otherwise(0.0)
+    return float(gpu_hours.select(kept.sum()).item() or 0.0)
+
+
+def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
+               usd_per_gpu_hour: float, unheld_real_s: float) -> Chargeback:
+    jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s)
+    tables = {by: group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
+    return Chargeback(usd_per_gpu_hour=usd_per_gpu_hour, by_account=tables["account"], by_user=tables["user"],
+                      by_partition=tables["partition"], by_namespace=tables["namespace"],
+                      idle_jobs=idle_jobs(jobs, per_hour, usd_per_gpu_hour))

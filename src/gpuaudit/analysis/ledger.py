@@ -1,0 +1,306 @@
+"""What the scheduler says vs what the GPUs did: allocations mapped onto GPU-hours, and the four-state ledger.
+
+Every observed GPU-hour (W, weighted by gpu_fraction) is split into four states that sum to it:
+
+    productive            = real_s                       SM activity (S; duty cycle where SM activity is unmeasured)
+    held_idle             = held_s − real_held_s         a process held the GPU, its SMs idle
+    allocated_no_process  = clip(allocated − active, 0, W − active)   allocated, nothing ran on it
+    unallocated           = W − active − allocated_no_process
+
+with active = held_s + (real_s − real_held_s) (time a process held it or its SMs were busy). `allocated` is the
+scheduler's allocation mapped onto the GPU-hour (below); without allocations for a host, it is the held time
+(believed is inferred from processes, as before) and allocated_no_process is 0 there.
+
+Mapping (allocations are per job per host, the GPU indices unknown): each allocation is split into UTC hours
+(GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go first to the GPUs its own
+processes used in any hour of the job (matched by Slurm job id / JobIDRaw against the agent's cgroup
+attribution or the exporter's hpc_job label, by namespace/pod or pod UID for Kubernetes), each up to its
+observed time; what is left goes to the host's GPUs with no process in that hour, then to the other GPUs' free
+time; what still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
+unmapped. `inferred_share` says how much of the allocated time was placed without a process to match.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn
+
+H = 3600.0
+_GPU = ["host", "gpu_uuid", "mig_instance"]
+_HOUR = ["host", "hour_s"]
+SRC_ALLOC = "gpu_allocations (sql/analysis_allocations.sql) mapped onto gpu_samples GPU-hours"
+BASIS_PROCESSES, BASIS_ALLOCATIONS, BASIS_MIXED = "processes", "allocations", "mixed"
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """Per GPU-hour: observed and ledger seconds (`gpu_hours` with allocated_s and the four states added)."""
+
+    gpu_hours: pl.DataFrame
+    alloc_hours: pl.DataFrame  # per allocation row per hour: gpu_s (what the scheduler allocated in it)
+    unmapped_s: float
+    inferred_s: float
+    basis_hosts: frozenset[str]
+
+
+def has_allocations(allocations: pl.DataFrame | None) -> bool:
+    return allocations is not None and allocations.height > 0
+
+
+def split_hours(alloc: pl.DataFrame, start_s: float, end_s: float) -> pl.DataFrame:
+    """Allocation rows cut to [start_s, end_s] and split into UTC hours: one row per allocation (aid) per hour
+    with gpu_s = gpus × seconds of overlap."""
+    a = alloc.with_row_index("aid").with_columns(
+        pl.max_horizontal(pl.col("start_s"), pl.lit(start_s)).alias("s0"),
+        pl.min_horizontal(pl.col("end_s"), pl.lit(end_s)).alias("s1"),
+    ).filter(pl.col("s1") > pl.col("s0"))
+    a = a.with_columns(
+        pl.int_ranges((pl.col("s0") // H).cast(pl.Int64), ((pl.col("s1") - 1e-6) // H).cast(pl.Int64) + 1)
+        .alias("hour")
+    ).explode("hour")
+    hour_s = pl.col("hour").cast(pl.Float64) * H
+    return a.with_columns(hour_s.alias("hour_s")).with_columns(
+        (pl.col("gpus") * (pl.min_horizontal(pl.col("s1"), pl.col("hour_s") + H)
+                           - pl.max_horizontal(pl.col("s0"), pl.col("hour_s")))).alias("gpu_s")
+    ).drop("hour")
+
+
+def _keys_alloc(a: pl.DataFrame) -> pl.DataFrame:
+    """(aid, key) pairs an allocation matches a holder by: Slurm job id and JobIDRaw; pod name and UID."""
+    slurm = pl.col("source") != "kubernetes"
+    pod = pl.col("job_id")  # namespace/pod
+    return pl.concat([
+        a.filter(slurm).select("aid", ("j:" + pl.col("job_id")).alias("key")),
+        a.filter(slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("j:" + pl.col("job_id_raw")).alias("key")),
+        a.filter(~slurm).select("aid", ("p:" + pod).alias("key")),
+        a.filter(~slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("u:" + pl.col("job_id_raw")).alias("key")),
+    ]).unique()
+
+
+def _keys_holders(h: pl.DataFrame) -> pl.DataFrame:
+    cols = [*_GPU, "hour_s"]
+    return pl.concat([
+        h.filter(pl.col("job_id") != "").select(*cols, ("j:" + pl.col("job_id")).alias("key")),
+        h.filter(pl.col("k8s_pod") != "").select(
+            *cols, ("p:" + pl.col("k8s_namespace") + "/" + pl.col("k8s_pod")).alias("key")),
+        h.filter(pl.col("k8s_pod") != "").select(*cols, ("u:" + pl.col("k8s_pod")).alias("key")),
+    ]).unique()
+
+
+def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,
+                    start_s: float, end_s: float) -> Mapped:
+    g = gpu_hours.select(*_GPU, "hour_s", "observed_s", "held_s", "real_s", "real_held_s")
+    active = pl.col("held_s") + pl.max_horizontal(pl.col("real_s") - pl.col("real_held_s"), pl.lit(0.0))
+    g = g.with_columns(active.clip(upper_bound=pl.col("observed_s")).alias("active_s"))
+    empty_hours = pl.DataFrame(schema={"aid": pl.UInt32, "host": pl.String, "hour_s": pl.Float64,
+                                       "gpu_s": pl.Float64})
+    if not has_allocations(allocations):
+        g = g.with_columns(pl.col("held_s").alias("allocated_s"))
+        return Mapped(_states(g), empty_hours, 0.0, 0.0, frozenset())
+    assert allocations is not None
+    ah = split_hours(allocations, start_s, end_s)
+    basis_hosts = frozenset(ah["host"].unique().to_list()) & frozenset(g["host"].unique().to_list())
+    # 1. To the GPUs the job's own processes used (in any hour of the job: a job keeps its GPUs while it runs
+    # nothing on them), in proportion to their observed time, each capped by it.
+    used = _keys_alloc(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid")).join(
+        _keys_holders(holders), on="key").select("aid", *_GPU).unique()
+    used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
+        g.select(*_GPU, "hour_s", "observed_s"), on=[*_GPU, "hour_s"])
+    used = used.with_columns(
+        (pl.col("gpu_s") * pl.col("observed_s") / pl.col("observed_s").sum().over("aid", "hour_s"))
+        .clip(upper_bound=pl.col("observed_s")).alias("m"))
+    per_gpu = used.group_by(*_GPU, "hour_s").agg(pl.col("m").sum(), pl.col("observed_s").first())
+    per_gpu = per_gpu.with_columns(
+        (pl.col("m") * pl.min_horizontal(pl.lit(1.0), pl.col("observed_s") / pl.col("m"))).alias("matched_s"))
+    # The scale-down per GPU (jobs sharing one) goes back to the host-hour's pool with the unmatched part.
+    pool = ah.group_by(_HOUR).agg(pl.col("gpu_s").sum().alias("alloc_s")).join(
+        per_gpu.group_by(_HOUR).agg(pl.col("matched_s").sum()), on=_HOUR, how="left").fill_null(0.0)
+    pool = pool.with_columns((pl.col("alloc_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("rest_s"))
+    g = g.join(per_gpu.select(*_GPU, "hour_s", "matched_s"), on=[*_GPU, "hour_s"], how="left").fill_null(0.0)
+    g = g.with_columns((pl.col("observed_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("free_s"))
+    # 2. To GPUs with no process in the hour, then 3. to the other GPUs' free time, in proportion to it.
+    idle = pl.col("held_s") <= 0
+    caps = g.group_by(_HOUR).agg(
+        pl.col("free_s").filter(idle).sum().alias("free_idle_s"),
+        pl.col("free_s").filter(~idle).sum().alias("free_busy_s"))
+    pool = pool.join(caps, on=_HOUR, how="left").fill_null(0.0).with_columns(
+        pl.min_horizontal(pl.col("rest_s"), pl.col("free_idle_s")).alias("to_idle"))
+    pool = pool.with_columns(
+        pl.min_horizontal(pl.col("rest_s") - pl.col("to_idle"), pl.col("free_busy_s")).alias("to_busy"))
+    pool = pool.with_columns((pl.col("rest_s") - pl.col("to_idle") - pl.col("to_busy")).alias("unmapped_s"))
+    g = g.join(pool.select(*_HOUR, "to_idle", "to_busy", "free_idle_s", "free_busy_s"), on=_HOUR, how="left")
+    g = g.with_columns(pl.col("to_idle", "to_busy", "free_idle_s", "free_busy_s").fill_null(0.0))
+    share = pl.when(idle).then(pl.col("to_idle") / pl.col("free_idle_s")).otherwise(
+        pl.col("to_busy") / pl.col("free_busy_s")).fill_nan(0.0).fill_null(0.0)
+    g = g.with_columns((pl.col("matched_s") + pl.col("free_s") * share).alias("allocated_s"))
+    # Hosts without any allocation: believed is what processes held.
+    g = g.with_columns(pl.when(pl.col("host").is_in(list(basis_hosts))).then(pl.col("allocated_s"))
+                       .otherwise(pl.col("held_s")).alias("allocated_s"))
+    unmapped = float(pool["unmapped_s"].sum())  # host-hours without telemetry have no free time at all
+    inferred = float(pool.select(pl.col("to_idle").sum() + pl.col("to_busy").sum()).item() or 0.0)
+    g = g.drop("matched_s", "free_s", "to_idle", "to_busy", "free_idle_s", "free_busy_s")
+    return Mapped(_states(g), ah, unmapped, inferred, basis_hosts)
+
+
+def _states(g: pl.DataFrame) -> pl.DataFrame:
+    alloc = pl.col("allocated_s").clip(upper_bound=pl.col("observed_s"))
+    no_proc = (alloc - pl.col("active_s")).clip(lower_bound=0.0)
+    no_proc = pl.min_horizontal(no_proc, (pl.col("observed_s") - pl.col("active_s")).clip(lower_bound=0.0))
+    return g.with_columns(
+        alloc.alias("allocated_s"),
+        pl.col("real_s").alias("productive_s"),
+        (pl.col("active_s") - pl.col("real_s")).clip(lower_bound=0.0).alias("held_idle_s"),
+        no_proc.alias("allocated_no_process_s"),
+    ).with_columns(
+        (pl.col("observed_s") - pl.col("productive_s") - pl.col("held_idle_s") - pl.col("allocated_no_process_s"))
+        .alias("unallocated_s"))
+
+
+STATES = ("unallocated", "allocated_no_process", "held_idle", "productive")
+_DEFS = {
+    "unallocated": "Observed GPU-hours no job was allocated and no process held.",
+    "allocated_no_process": "Allocated by the scheduler, but no process ran on the GPU (an idle interactive "
+                            "allocation, a job waiting for data, a GPU requested and never used).",
+    "held_idle": "A process held the GPU while its SMs were idle (debugging, data loading, idle notebooks).",
+    "productive": "SM activity: the compute actually used.",
+}
+
+
+def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,
+           start_s: float, end_s: float, upper_bound: bool) -> tuple[Ledger, Mapped]:
+    m = map_allocations(roll_gpu_hours, holders, allocations, start_s, end_s)
+    g = m.gpu_hours
+    sums = g.select(pl.col("observed_s", "allocated_s", "active_s", "held_s", *(f"{s}_s" for s in STATES)).sum()
+                    ).row(0, named=True)
+    hosts_seen = set(g["host"].unique().to_list())
+    alloc_hosts = set(allocations["host"].unique().to_list()) if allocations is not None and allocations.height \
+        else set()
+    basis = (BASIS_PROCESSES if not m.basis_hosts else
+             BASIS_ALLOCATIONS if hosts_seen <= m.basis_hosts else BASIS_MIXED)
+    src = SRC_ALLOC if basis != BASIS_PROCESSES else "gpu_samples (sql/analysis_rollup.sql): allocated = held"
+    w = sums["observed_s"] / H
+
+    def fig(name: str, formula: str) -> Figure:
+        return Figure(sums[f"{name}_s"] / H, "GPU-h", formula, src, _DEFS[name],
+                      upper_bound=upper_bound and name == "productive",
+                      lower_bound=upper_bound and name == "held_idle")
+
+    scheduler = float(m.alloc_hours["gpu_s"].sum()) / H
+    outside = g.filter(pl.col("host").is_in(list(m.basis_hosts))).select(
+        (pl.col("active_s") - pl.col("allocated_s")).clip(lower_bound=0.0).sum()).item() or 0.0
+    mapped_alloc = sums["allocated_s"] / H
+    notes = []
+    if basis == BASIS_PROCESSES:
+        notes.append("No scheduler allocations in the dataset: \"believed\" (allocated) is inferred from the "
+                     "processes on each GPU, so allocated_no_process is 0 (import Slurm or Kubernetes allocations "
+                     "to see it).")
+    else:
+        if basis == BASIS_MIXED:
+            notes.append(f"{len(hosts_seen - m.basis_hosts)} of {len(hosts_seen)} hosts have no allocations: "
+                         "there, allocated is inferred from processes.")
+        if m.inferred_s > 0 and sums["allocated_s"] > 0:
+            notes.append(f"{m.inferred_s / H:,.1f} GPU-h ({m.inferred_s / max(sums['allocated_s'], 1e-9):.0%}) of "
+                         "the allocated time was placed on GPUs where the job ran no process (GPU indices are "
+                         "not in the allocation: its processes' GPUs first, then GPUs with no process).")
+        if m.unmapped_s > 0:
+            notes.append(f"{m.unmapped_s / H:,.1f} GPU-h of allocations found no GPU with telemetry to map onto "
+                         "(hosts without samples, or more GPUs allocated than reported): left out of the ledger.")
+    unknown = tuple(sorted(alloc_hosts - hosts_seen))
+    if unknown:
+        notes.append(f"{len(unknown)} hosts with allocations have no telemetry (e.g. {unknown[0]}): their "
+                     "allocations are outside the ledger.")
+    week = _per_week(g)
+    return Ledger(
+        basis=basis,
+        observed_gpu_hours=Figure(w, "GPU-h", "Σ interval_s × gpu_fraction / 3600", src,
+                                  "Observed GPU-hours W: the four states sum to it."),
+        unallocated=fig("unallocated", "W − active − allocated_no_process"),
+        allocated_no_process=fig("allocated_no_process", "clip(allocated − active, 0, W − active) per GPU-hour"),
+        held_idle=fig("held_idle", "held − SM activity while held, per GPU-hour"),
+        productive=fig("productive", "S = Σ sm_active × time"),
+        allocated_gpu_hours=Figure(mapped_alloc, "GPU-h", "Σ allocated GPU-seconds mapped onto observed GPU-hours",
+                                   src, "What the scheduler shows as used (believed), within the telemetry."),
+        scheduler_gpu_hours=Figure(scheduler, "GPU-h", "Σ gpus × overlap with the trial window",
+                                   "gpu_allocations", "GPU-hours the scheduler allocated during the trial."),
+        unmapped_gpu_hours=Figure(m.unmapped_s / H, "GPU-h", "allocated GPU-seconds with no observed GPU time left",
+                                  src, "Allocations the telemetry cannot place (no samples on that host or hour)."),
+        held_outside_allocation_gpu_hours=Figure(
+            float(outside) / H, "GPU-h", "Σ max(0, active − allocated) on hosts with allocations", src,
+            "Time processes held GPUs beyond what the scheduler allocated there."),
+        inferred_share=Figure(m.inferred_s / sums["allocated_s"] if sums["allocated_s"] > 0 and m.basis_hosts
+                              else 0.0, "fraction", "allocated time placed without a matching process ÷ allocated",
+                              src, "How much of the mapping was inferred rather than matched by job id."),
+        hosts_with_allocations=len(m.basis_hosts),
+        hosts_without_telemetry=unknown,
+        per_week=week,
+        notes=tuple(notes),
+    ), m
+
+
+def _per_week(g: pl.DataFrame) -> Table:
+    ts = pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+    df = (g.with_columns(ts.dt.truncate("1w").dt.date().cast(pl.String).alias("week"))
+          .group_by("week").agg(*(pl.col(f"{s}_s").sum().truediv(H).alias(s) for s in STATES),
+                                pl.col("observed_s").sum().truediv(H).alias("observed_gpu_hours"),
+                                pl.col("allocated_s").sum().truediv(H).alias("allocated_gpu_hours"),
+                                pl.col("held_s").sum().truediv(H).alias("held_gpu_hours"),
+                                pl.col("productive_s").sum().truediv(H).alias("real_gpu_hours"))
+          .sort("week"))
+    cols = (TableColumn("week", "", "Monday the week starts on (UTC)"),
+            *(TableColumn(s, "GPU-h", _DEFS[s]) for s in STATES),
+            TableColumn("observed_gpu_hours", "GPU-h", "W"),
+            TableColumn("allocated_gpu_hours", "GPU-h", "allocated (believed)"),
+            TableColumn("held_gpu_hours", "GPU-h", "held by a process (R)"),
+            TableColumn("real_gpu_hours", "GPU-h", "SM activity (S)"))
+    return Table("ledger_per_week", "The four-state ledger per week (stacked: they sum to W).", cols,
+                 tuple(df.select([c.name for c in cols]).to_dicts()), SRC_ALLOC)
+
+
+def billed_series(alloc: pl.DataFrame | None, hosts: frozenset[str], bucket_starts: np.ndarray,
+                  bucket_s: float) -> np.ndarray | None:
+    """Allocated GPUs per demand bucket (mean over each bucket) on the hosts with telemetry, or None without
+    allocations: exact integration of the step function Σ gpus over [start, end) of every allocation."""
+    if not has_allocations(alloc) or not hosts or not len(bucket_starts):
+        return None
+    assert alloc is not None
+    a = alloc.filter(pl.col("host").is_in(list(hosts)) & (pl.col("end_s") > pl.col("start_s")))
+    if not a.height:
+        return None
+    times = np.concatenate([a["start_s"].to_numpy(), a["end_s"].to_numpy()]).astype(float)
+    steps = np.concatenate([a["gpus"].to_numpy(), -a["gpus"].to_numpy()]).astype(float)
+    order = np.argsort(times, kind="stable")
+    times, steps = times[order], steps[order]
+    level = np.cumsum(steps)
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))])  # ∫ up to each event
+    edges = np.concatenate([bucket_starts, [bucket_starts[-1] + bucket_s]]).astype(float)
+    integral = np.interp(edges, times, area, left=0.0, right=float(area[-1]))
+    return np.maximum(np.diff(integral) / bucket_s, 0.0)
+
+
+
+def allocated_utilization(led: Ledger) -> Figure:
+    """allocated / W: the utilization the scheduler shows (without allocations: held / W, inferred)."""
+    w = led.observed_gpu_hours.value or 0.0
+    value = (led.allocated_gpu_hours.value or 0.0) / w if w > 0 else None
+    inferred = led.basis == BASIS_PROCESSES
+    return Figure(value, "fraction", "allocated GPU-hours / W", led.allocated_gpu_hours.source,
+                  "What the scheduler shows as utilization: the share of observed GPU-hours allocated to jobs"
+                  + (" (no allocations imported: inferred from processes, = runtime-hour utilization)."
+                     if inferred else "."))
+
+
+def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float
+                  ) -> tuple[np.ndarray, float]:
+    """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: held by processes, or, where the
+    scheduler allocated more, the allocation (per bucket the larger of the two; hosts without allocations
+    contribute what processes held)."""
+    held = demand["gpus_held"].to_numpy().astype(float)
+    allocated = billed_series(alloc, m.basis_hosts, demand["bucket_s"].to_numpy(), bucket_s)
+    if allocated is None:
+        return held, held_r
+    billed = np.maximum(held, allocated)
+    return billed, float(billed.sum() * bucket_s / H)

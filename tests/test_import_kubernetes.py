@@ -1,0 +1,132 @@
+"""`import kubernetes` against a real Prometheus serving a backfilled day of kube-state-metrics series.
+
+The series have kube-state-metrics' names and labels (docs/metrics/workload/pod-metrics.md):
+kube_pod_container_resource_requests{namespace, pod, uid, container, node, resource, unit} with the resource
+sanitized (`nvidia.com/gpu` -> nvidia_com_gpu, `nvidia.com/mig-3g.40gb` -> nvidia_com_mig_3g_40gb), and
+kube_pod_status_phase{namespace, pod, uid, phase} = 1 for the current phase, 0 for the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from tests.helpers import one_error_line, require_binary, run_cli
+from tests.prom_helpers import START, PromServer, backfill, start_prometheus
+
+from gpuaudit.importer.kubernetes import import_kubernetes
+from gpuaudit.importer.promclient import transport
+from gpuaudit.store import open_dataset
+
+pytestmark = pytest.mark.prometheus
+HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
+DAY = 86400
+SPACING_S, OFFSET_S = 60, 7
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _phase_at(pod: str, t: int) -> str:
+    """train-0 waits 01:30-02:00, runs 02:00-06:00, then has succeeded; the others run all day."""
+    if pod != "train-0":
+        return "Running"
+    h = t / 3600
+    return "Pending" if h < 2 else "Running" if h < 6 else "Succeeded"
+
+
+PODS = [  # (namespace, pod, uid, node, [(container, resource, value)], [instances], first second)
+    ("ml", "train-0", "uid-a", "gpu-node-1", [("main", "nvidia_com_gpu", 2), ("log", "cpu", 0.5)], ["ksm-0"], 5400),
+    ("research", "notebook", "uid-b", "gpu-node-2", [("jupyter", "nvidia_com_mig_3g_40gb", 1)],
+     ["ksm-0", "ksm-1"], 0),  # two kube-state-metrics replicas report the same series
+    ("web", "api", "uid-c", "cpu-node-1", [("app", "cpu", 2)], ["ksm-0"], 0),
+]
+
+
+def _openmetrics(path: Path) -> None:
+    base = int(START.timestamp())
+    times = range(OFFSET_S, DAY, SPACING_S)
+    with path.open("w") as out:
+        out.write("# TYPE kube_pod_container_resource_requests gauge\n")
+        for ns, pod, uid, node, containers, instances, first in PODS:
+            for inst in instances:
+                for container, resource, value in containers:
+                    unit = "core" if resource == "cpu" else "integer"
+                    labels = (f'namespace="{ns}",pod="{pod}",uid="{uid}",container="{container}",node="{node}",'
+                              f'resource="{resource}",unit="{unit}",instance="{inst}"')
+                    out.writelines(f"kube_pod_container_resource_requests{{{labels}}} {value} {base + t}\n"
+                                   for t in times if t >= first)
+        out.write("# TYPE kube_pod_status_phase gauge\n")
+        for ns, pod, uid, _node, _c, instances, first in PODS:
+            for inst in instances:
+                for phase in PHASES:
+                    labels = f'namespace="{ns}",pod="{pod}",uid="{uid}",phase="{phase}",instance="{inst}"'
+                    out.writelines(f"kube_pod_status_phase{{{labels}}} {int(_phase_at(pod, t) == phase)} "
+                                   f"{base + t}\n" for t in times if t >= first)
+        out.write("# EOF\n")
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
+    prometheus = require_binary("prometheus", HOW)
+    promtool = require_binary("promtool", HOW)
+    work = tmp_path_factory.mktemp("ksm")
+    om = work / "ksm.om.txt"
+    _openmetrics(om)
+    backfill(promtool, om, work / "tsdb")
+    server = start_prometheus(prometheus, work / "tsdb", work)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _rows(root: Path) -> list[tuple]:
+    with open_dataset(root) as ds:
+        return ds.fetchall("SELECT job_id, job_id_raw, namespace, host, gpus, mig_profile, start_ts, end_ts, "
+                           "source FROM allocations ORDER BY job_id, start_ts")
+
+
+def _gpu_hours(root: Path) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for job, _raw, _ns, _host, gpus, _mig, start, end, _src in _rows(root):
+        out[job] = out.get(job, 0.0) + gpus * (end - start).total_seconds() / 3600
+    return out
+
+
+def test_running_pods_gpu_requests_become_allocations(prom: PromServer, tmp_path: Path) -> None:
+    """train-0: 2 GPUs while Running 02:00-06:00 (not while Pending, not after it Succeeded) = 8 GPU-h; the
+    notebook's MIG slice 3g.40gb all day = 24 x 3/7, once although two replicas report it; a CPU-only pod none."""
+    root = tmp_path / "d"
+    s = import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
+    assert s.jobs == 2
+    rows = _rows(root)
+    train = [r for r in rows if r[0] == "ml/train-0"]
+    assert len(train) == 1
+    assert train[0][1:4] == ("uid-a", "ml", "gpu-node-1")
+    assert (train[0][6], train[0][7]) == (START + timedelta(hours=2), START + timedelta(hours=6))
+    nb = [r for r in rows if r[0] == "research/notebook"]
+    assert nb[0][5] == "3g.40gb" and nb[0][4] == pytest.approx(3 / 7)
+    hours = _gpu_hours(root)
+    assert hours.keys() == {"ml/train-0", "research/notebook"}
+    assert hours["ml/train-0"] == pytest.approx(8.0)
+    assert hours["research/notebook"] == pytest.approx(24 * 3 / 7)
+
+
+def test_overlapping_imports_replace_their_window(prom: PromServer, tmp_path: Path) -> None:
+    root = tmp_path / "d"
+    conn = transport(prom.url, retries=0)
+    import_kubernetes(root, conn, START, START + timedelta(days=1), 60)
+    first = _gpu_hours(root)
+    again = import_kubernetes(root, conn, START + timedelta(hours=4), START + timedelta(hours=12), 300)
+    assert again.replaced == 2
+    hours = _gpu_hours(root)
+    assert hours == pytest.approx(first)
+
+
+def test_cli_import_kubernetes(prom: PromServer, tmp_path: Path) -> None:
+    r = run_cli("import", "kubernetes", "--url", prom.url, "--start", START.isoformat(),
+                "--end", (START + timedelta(days=1)).isoformat(), "--data", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "imported 2 allocation rows (2 pods" in r.stdout
+    r = run_cli("import", "kubernetes", "--url", "ftp://x", "--data", str(tmp_path))
+    assert "bad --url" in one_error_line(r)

@@ -1,0 +1,216 @@
+"""`gpuaudit import slurm`: sacct --parsable2 output into gpu_allocations.
+
+The fixture tests/data/sacct/cluster.txt is shaped as Slurm's own sources print it (src/sacct/print.c: User and
+Partition only on job rows, Account on steps too, `CANCELLED by <uid>`, `Unknown` times, `None assigned`; the
+sacct man page: JobID forms 123_4 / 123+0, AllocTRES, --parsable2 without a trailing '|')."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from gpuaudit.errors import GpuauditError
+from gpuaudit.importer import hostlist
+from gpuaudit.importer.slurm import FIELDS, parse_sacct, parse_tres
+from gpuaudit.store import open_dataset
+from helpers import one_error_line, run_cli
+
+FIXTURE = Path(__file__).parent / "data" / "sacct" / "cluster.txt"
+NOW = datetime(2026, 1, 5, 16, 0, tzinfo=UTC)
+# Allocated GPU-hours per job of the fixture, by hand (tz UTC, --now 16:00Z).
+EXPECTED_GPU_H = {"1001": 2 * 4, "1002": 16 * 6, "1003_4": 1 * 2, "1004+1": 1 * 1, "1006": 3 / 7 * 0.7,
+                  "1008": 6 * 1.5, "1009": 8 * 0.75}
+
+
+def _hours(row: dict) -> float:
+    return row["gpus"] * (row["end_ts"] - row["start_ts"]).total_seconds() / 3600
+
+
+def test_job_rows_give_the_allocation_and_steps_are_never_added() -> None:
+    """Each job's GPU-hours are exact: steps (.batch, .extern, .0, .interactive) repeat the job's GPUs in their
+    own AllocTRES and must not be summed with it."""
+    out = parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW)
+    per_job: dict[str, float] = {}
+    for r in out.rows:
+        per_job[r["job_id"]] = per_job.get(r["job_id"], 0.0) + _hours(r)
+    assert per_job.keys() == EXPECTED_GPU_H.keys()
+    for job, h in EXPECTED_GPU_H.items():
+        assert per_job[job] == pytest.approx(h, abs=1e-9), job
+    assert out.jobs == 7 and len(out.rows) == 10
+    assert out.skipped == {"pending (no allocation yet)": 2, "no GPU in AllocTRES": 2}
+
+
+def test_user_and_partition_come_from_the_job_row_and_ids_keep_their_forms() -> None:
+    rows = {(r["job_id"], r["host"]): r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows}
+    array = rows[("1003_4", "dgx-a100-04")]
+    assert (array["job_id_raw"], array["user"], array["partition"], array["state"]) == (
+        "1010", "carol", "gpu", "TIMEOUT")
+    het = rows[("1004+1", "dgx-a100-05")]
+    assert (het["job_id_raw"], het["user"], het["account"]) == ("1005", "dave", "bio")
+    assert rows[("1006", "dgx-h100-01")]["state"] == "CANCELLED"
+    assert rows[("1008", "dgx-a100-01")]["state"] == "NODE_FAIL"
+    assert rows[("1009", "dgx-h100-02")]["state"] == "PREEMPTED"
+
+
+def test_running_job_is_closed_at_now_and_split_over_its_nodes() -> None:
+    rows = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1002"]
+    assert sorted(r["host"] for r in rows) == ["dgx-a100-02", "dgx-a100-03"]
+    assert all(r["gpus"] == 8 and r["end_ts"] == NOW and r["state"] == "RUNNING" for r in rows)
+    three = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1008"]
+    assert sorted(r["host"] for r in three) == ["dgx-a100-01", "dgx-a100-02", "dgx-a100-05"]
+    assert all(r["gpus"] == 2 for r in three)
+
+
+def test_mig_slice_counts_as_its_share_of_a_gpu() -> None:
+    (row,) = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1006"]
+    assert row["gpus"] == pytest.approx(3 / 7) and row["mig_profile"] == "3g.40gb"
+    assert parse_tres("gres/gpu:nvidia_a100_1g.10gb=2", "j").gpus == pytest.approx(2 / 7)
+    assert parse_tres("gres/gpu:a100=2,gres/gpu=2", "j").gpus == 2
+    assert parse_tres("gres/gpu:a100=2", "j").gpu_type == "a100"
+    assert parse_tres("gres/gpu=4", "j").gpus == 4
+    assert parse_tres("cpu=4,mem=8G,node=1", "j") is None
+    assert parse_tres("gres/gpu=0,cpu=1", "j") is None  # a no_consume GRES prints as zero
+
+
+def test_local_times_follow_tz_and_explicit_offsets_win() -> None:
+    berlin = parse_sacct(FIXTURE.read_text(), tz=ZoneInfo("Europe/Berlin"), now=NOW)
+    r = next(r for r in berlin.rows if r["job_id"] == "1001")
+    assert r["start_ts"] == datetime(2026, 1, 5, 8, 0, tzinfo=UTC)  # 09:00 CET = 08:00 UTC
+    text = ("JobID|State|Start|End|NodeList|AllocTRES\n"
+            "7|COMPLETED|2026-07-01T10:00:00+0200|2026-07-01T11:00:00+02:00|n1|gres/gpu=1\n")
+    (row,) = parse_sacct(text, tz=ZoneInfo("Asia/Tokyo"), now=NOW).rows
+    assert row["start_ts"] == datetime(2026, 7, 1, 8, 0, tzinfo=UTC)
+    assert row["end_ts"] == datetime(2026, 7, 1, 9, 0, tzinfo=UTC)
+
+
+def test_parsable_with_trailing_bar_is_read_too() -> None:
+    text = ("JobID|State|Start|End|NodeList|AllocTRES|\n"
+            "8|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=2|\n")
+    (row,) = parse_sacct(text, tz=UTC, now=NOW).rows
+    assert row["gpus"] == 2
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("1|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=1\n", "not a header"),
+    ("JobID|State|Start|End|NodeList|AllocTRES\n9|COMPLETED|2026-01-05T10:00:00|n1|gres/gpu=1\n",
+     "line 2 (job 9): 5 fields"),
+    ("JobID|State|Start|End|NodeList|AllocTRES\n9|COMPLETED|01/05-10:00:00|2026-01-05T11:00:00|n1|gres/gpu=1\n",
+     "job 9: unknown time format"),
+    ("JobID|State|Start|End|NodeList|AllocTRES\n9|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n[1-|"
+     "gres/gpu=1\n", "bad host list"),
+    ("JobID|State|Start|End|NodeList|AllocTRES\n9|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|"
+     "gres/gpu=two\n", "job 9: bad GPU count"),
+    ("", "empty"),
+])
+def test_malformed_input_is_one_error_naming_the_job(text: str, needle: str) -> None:
+    with pytest.raises(GpuauditError, match=None) as e:
+        parse_sacct(text, tz=UTC, now=NOW)
+    assert needle in str(e.value)
+
+
+def test_end_before_start_is_skipped_and_counted() -> None:
+    text = ("JobID|State|Start|End|NodeList|AllocTRES\n"
+            "5|COMPLETED|2026-01-05T10:00:00|2026-01-05T09:00:00|n1|gres/gpu=1\n"
+            "6|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=1\n")
+    out = parse_sacct(text, tz=UTC, now=NOW)
+    assert [r["job_id"] for r in out.rows] == ["6"]
+    assert out.skipped == {"ends before it starts": 1} and out.examples["ends before it starts"] == "5"
+
+
+@pytest.mark.parametrize(("text", "hosts"), [
+    ("dgx-a100-[01-02,05]", ["dgx-a100-01", "dgx-a100-02", "dgx-a100-05"]),
+    ("gpu[8-10],cpu7", ["gpu8", "gpu9", "gpu10", "cpu7"]),
+    ("n[08-10]", ["n08", "n09", "n10"]),
+    ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
+    ("a,a", ["a"]),
+])
+def test_host_lists_expand(text: str, hosts: list[str]) -> None:
+    assert hostlist.expand(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["n[1-", "n]", "n[a]", "n[5-1]", "n[1-100000000]", "a,,b", "n[[1]]"])
+def test_bad_host_lists_are_refused(text: str) -> None:
+    with pytest.raises(GpuauditError):
+        hostlist.expand(text)
+
+
+def _allocated(root: Path) -> tuple[int, float]:
+    with open_dataset(root) as ds:
+        n, h = ds.fetchall("SELECT count(*), sum(gpus * epoch(end_ts - start_ts) / 3600) FROM allocations")[0]
+    return n, h
+
+
+def test_cli_import_is_exact_and_idempotent(tmp_path: Path) -> None:
+    """Allocated GPU-hours read back from the dataset are the hand-computed ones; importing the same output
+    again (or a longer one that overlaps it) replaces rows instead of adding them."""
+    args = ("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "UTC", "--now", "2026-01-05T16:00:00Z",
+            "--data", str(tmp_path))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "imported 10 allocation rows (7 jobs, 122.3 GPU-hours allocated)" in r.stdout
+    assert "skipped 2 jobs: no GPU in AllocTRES (e.g. 1004+0)" in r.stderr
+    n, h = _allocated(tmp_path)
+    assert n == 10 and h == pytest.approx(sum(EXPECTED_GPU_H.values()), abs=1e-9)
+    # Later, the running job 1002 has ended: its row is replaced, nothing doubles.
+    later = FIXTURE.read_text().replace("1002|1002|bob|chem|gpu-long|RUNNING|2026-01-05T10:00:00|Unknown|",
+                                        "1002|1002|bob|chem|gpu-long|COMPLETED|2026-01-05T10:00:00|"
+                                        "2026-01-05T18:00:00|")
+    r = run_cli("import", "slurm", "--sacct-file", "-", "--tz", "UTC", "--now", "2026-01-05T20:00:00Z",
+                "--data", str(tmp_path), input_text=later)
+    assert r.returncode == 0, r.stderr
+    assert "replaced 10 rows" in r.stdout
+    n, h = _allocated(tmp_path)
+    assert n == 10 and h == pytest.approx(sum(EXPECTED_GPU_H.values()) + 16 * 2, abs=1e-9)
+    with open_dataset(tmp_path) as ds:
+        assert ds.fetchall("SELECT DISTINCT state FROM allocations WHERE job_id = '1002'") == [("COMPLETED",)]
+
+
+def test_cli_runs_sacct_itself_with_offsets_in_its_times(tmp_path: Path) -> None:
+    """Without --sacct-file gpuaudit runs sacct with every user, the fields it needs and the window, and asks
+    for times with their offset (SLURM_TIME_FORMAT), so --tz does not matter then."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "args.txt"
+    body = re.sub(r"(T\d\d:\d\d:\d\d)\|", r"\1+0100|", FIXTURE.read_text())  # as %z prints them
+    (tmp_path / "out.txt").write_text(body)
+    script = bindir / "sacct"
+    script.write_text(f"#!/bin/sh\necho \"$SLURM_TIME_FORMAT $*\" > {log}\ncat {tmp_path / 'out.txt'}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    r = run_cli("import", "slurm", "--start", "2026-01-01", "--end", "2026-01-06", "--tz", "Asia/Tokyo",
+                "--now", "2026-01-05T16:00:00Z", "--data", str(tmp_path / "d"), env=env)
+    assert r.returncode == 0, r.stderr
+    called = log.read_text()
+    assert called.startswith("%Y-%m-%dT%H:%M:%S%z ")
+    for arg in ("--allusers", "--parsable2", f"--format={','.join(FIELDS)}", "-S", "-E"):
+        assert arg in called.split(), arg
+    with open_dataset(tmp_path / "d") as ds:
+        (start,) = ds.fetchall("SELECT start_ts FROM allocations WHERE job_id = '1001'")[0]
+    assert start == datetime(2026, 1, 5, 8, 0, tzinfo=UTC)  # 09:00+01:00, not Tokyo time
+
+
+def test_cli_malformed_input_writes_nothing(tmp_path: Path) -> None:
+    bad = FIXTURE.read_text().replace("2026-01-05T12:00:00|2026-01-05T13:30:00", "2026-01-05 12:00|2026-01-05T13:30:00")
+    r = run_cli("import", "slurm", "--sacct-file", "-", "--tz", "UTC", "--data", str(tmp_path), input_text=bad)
+    assert "job 1008: unknown time format" in one_error_line(r)
+    assert not (tmp_path / "gpu_allocations").exists()
+    r = run_cli("import", "slurm", "--sacct-file", str(tmp_path / "missing.txt"), "--data", str(tmp_path))
+    assert "cannot read --sacct-file" in one_error_line(r)
+    r = run_cli("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "Nowhere/City", "--data", str(tmp_path))
+    assert "unknown time zone" in one_error_line(r)
+    r = run_cli("import", "slurm", "--data", str(tmp_path), env={"PATH": str(tmp_path)})
+    assert "sacct is not on PATH" in one_error_line(r)
+
+
+def test_cli_reports_hosts_without_telemetry(tmp_path: Path) -> None:
+    (tmp_path / "gpu_samples" / "host=dgx-a100-01").mkdir(parents=True)
+    r = run_cli("import", "slurm", "--sacct-file", str(FIXTURE), "--tz", "UTC", "--now", "2026-01-05T16:00:00Z",
+                "--data", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "warning: 6 hosts have allocations but no telemetry" in r.stderr

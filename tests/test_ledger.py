@@ -1,0 +1,243 @@
+"""The four-state ledger: scheduler allocations mapped onto observed GPU-hours (analysis/ledger.py).
+
+A hand-made node of 4 GPUs over 8 hours whose states are known by construction:
+- job 501 (Slurm) allocated 2 GPUs from 1 h to 5 h; its one process ran on g0 from 1 h to 3 h at SM 0.5;
+- job 502 allocated 1 GPU from 4 h to 8 h; its process held g2 from 4 h to 8 h with the SMs idle;
+- g3 ran a process of job 999, never allocated, from 6 h to 7 h at SM 1.0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+import pytest
+from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
+
+from gpuaudit import schema, store
+from gpuaudit.analysis.ledger import STATES, ledger
+from gpuaudit.analysis.pipeline import analyze
+from gpuaudit.importer.allocations import frame, write_allocations
+
+N = 8 * 60  # 8 h of 60 s samples
+HOUR = 60
+
+
+def _alloc(job: str, host: str, gpus: float, h0: float, h1: float, **kw: object) -> dict:
+    return {"job_id": job, "job_id_raw": job, "user": kw.get("user", "alice"), "account": kw.get("account", "phys"),
+            "partition": "gpu", "namespace": None, "host": host, "gpus": gpus, "gpu_type": None, "mig_profile": None,
+            "start_ts": T0 + dt.timedelta(hours=h0), "end_ts": T0 + dt.timedelta(hours=h1),
+            "state": "COMPLETED", "source": "slurm"}
+
+
+def _node() -> tuple[list[dict], list[dict]]:
+    def window(a: float, b: float):  # sample i lies in [a h, b h)
+        return lambda i: a * HOUR <= i < b * HOUR
+
+    g0 = gpu_rows("n1", "g0", N, sm=lambda i: 0.5 if window(1, 3)(i) else 0.0, procs=lambda i: int(window(1, 3)(i)))
+    g1 = gpu_rows("n1", "g1", N)
+    g2 = gpu_rows("n1", "g2", N, procs=lambda i: int(window(4, 8)(i)))
+    g3 = gpu_rows("n1", "g3", N, sm=lambda i: 1.0 if window(6, 7)(i) else 0.0, procs=lambda i: int(window(6, 7)(i)))
+    procs = (proc_rows("n1", "g0", ends(g0, window(1, 3)), job_id="501")
+             + proc_rows("n1", "g2", ends(g2, window(4, 8)), job_id="502", user="bob")
+             + proc_rows("n1", "g3", ends(g3, window(6, 7)), job_id="999", user="carol"))
+    return g0 + g1 + g2 + g3, procs
+
+
+ALLOCS = [_alloc("501", "n1", 2, 1, 5), _alloc("502", "n1", 1, 4, 8, user="bob")]
+
+
+def _ledger(allocs: list[dict] | None):
+    samples, procs = _node()
+    roll = rollups(samples, procs, allocs)
+    start, end = T0.timestamp(), (T0 + dt.timedelta(hours=8)).timestamp()
+    return ledger(roll.gpu_hours, roll.holders, roll.allocations, start, end, False)
+
+
+def test_four_states_are_known_and_sum_to_w() -> None:
+    led, m = _ledger(ALLOCS)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert led.basis == "allocations"
+    assert v == pytest.approx({"productive": 2.0, "held_idle": 5.0, "allocated_no_process": 6.0,
+                               "unallocated": 19.0}, abs=1e-6)
+    assert sum(v.values()) == pytest.approx(led.observed_gpu_hours.value) == pytest.approx(32.0)
+    assert led.allocated_gpu_hours.value == pytest.approx(12.0)
+    assert led.scheduler_gpu_hours.value == pytest.approx(12.0)
+    assert led.held_outside_allocation_gpu_hours.value == pytest.approx(1.0)
+    assert led.unmapped_gpu_hours.value == pytest.approx(0.0)
+    # Every GPU-hour partitions its own observed time.
+    g = m.gpu_hours.with_columns(pl.sum_horizontal(*(f"{s}_s" for s in STATES)).alias("sum_s"))
+    assert (g["sum_s"] - g["observed_s"]).abs().max() < 1e-6
+    assert g.select(pl.min_horizontal(*(f"{s}_s" for s in STATES)).min()).item() >= -1e-9
+    weeks = led.per_week.rows
+    assert sum(r["allocated_no_process"] for r in weeks) == pytest.approx(6.0)
+
+
+def test_job_gpus_go_to_its_process_first() -> None:
+    """502 held g2: its allocation lands there (matched), not spread over idle GPUs."""
+    _, m = _ledger(ALLOCS)
+    g2 = m.gpu_hours.filter((pl.col("gpu_uuid") == "g2") & (pl.col("hour_s") >= T0.timestamp() + 5 * 3600))
+    assert g2["allocated_s"].sum() == pytest.approx(3 * 3600)
+    g0 = m.gpu_hours.filter((pl.col("gpu_uuid") == "g0") & (pl.col("hour_s") < T0.timestamp() + 3 * 3600))
+    assert g0["allocated_s"].sum() == pytest.approx(2 * 3600)
+
+
+def test_without_allocations_believed_is_held_and_nothing_changes() -> None:
+    led, _ = _ledger(None)
+    assert led.basis == "processes"
+    assert led.allocated_no_process.value == 0
+    assert led.allocated_gpu_hours.value == pytest.approx(2 + 4 + 1)  # held hours
+    assert "inferred from the processes" in led.notes[0]
+    v = {s: getattr(led, s).value for s in STATES}
+    assert sum(v.values()) == pytest.approx(32.0)
+
+
+def test_unknown_host_and_overflow_are_unmapped() -> None:
+    led, _ = _ledger([*ALLOCS, _alloc("600", "ghost", 4, 0, 2), _alloc("601", "n1", 8, 0, 1)])
+    assert led.hosts_without_telemetry == ("ghost",)
+    assert led.unmapped_gpu_hours.value == pytest.approx(8 + 4)  # ghost's 8, and 8 GPUs on 4 in hour 0
+    assert led.scheduler_gpu_hours.value == pytest.approx(12 + 8 + 8)
+
+
+def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Path) -> None:
+    """analyze --json has `ledger` and utilization.allocated_utilization; with allocations the cost model's
+    held-hour basis is the allocated demand (per 5-minute bucket the larger of held and allocated)."""
+    samples, procs = _node()
+    write(tmp_path / "plain", samples, procs)
+    write(tmp_path / "alloc", samples, procs)
+    write_allocations(tmp_path / "alloc", frame(ALLOCS), "slurm")
+    plain, alloc = analyze(tmp_path / "plain"), analyze(tmp_path / "alloc")
+    d = alloc.to_dict()
+    assert d["ledger"]["allocated_no_process"]["value"] == pytest.approx(6.0)
+    assert d["utilization"]["allocated_utilization"]["value"] == pytest.approx(12 / 32)
+    assert plain.to_dict()["utilization"]["allocated_utilization"]["value"] == pytest.approx(7 / 32)
+    assert plain.to_dict()["ledger"]["basis"] == "processes"
+    # held: 7 GPU-h; billed max(held, allocated) by hour: 0+2+2+2+3+1+2+1 = 13 GPU-h of W = 32.
+    assert plain.break_even.measured_held == pytest.approx(7 / 32, rel=1e-6)
+    assert alloc.break_even.measured_held == pytest.approx(13 / 32, rel=1e-6)
+    assert plain.utilization.real_utilization.value == alloc.utilization.real_utilization.value
+
+
+def test_allocations_view_rejects_end_before_start(tmp_path: Path) -> None:
+    """A foreign file with an allocation that ends before it starts is left out by the view's rules."""
+    bad = frame([_alloc("7", "n1", 1, 2, 3)]).with_columns(end_ts=pl.col("start_ts") - dt.timedelta(hours=1))
+    store.write_table(tmp_path, schema.ALLOCATIONS, bad.with_columns(pl.col("end_ts")), name="foreign")
+    with store.open_dataset(tmp_path) as ds:
+        assert ds.fetchall("SELECT count(*) FROM allocations")[0][0] == 0
+        assert [r[1] for r in ds.rejected_rows()] == ["end_ts before start_ts"]
+
+
+def _charge(allocs, samples=None, procs=None):  # type: ignore[no-untyped-def]
+    from gpuaudit.analysis import utilization as ut
+    from gpuaudit.analysis.chargeback import chargeback, unheld_real_s
+
+    if samples is None:
+        samples, procs = _node()
+    roll = rollups(samples, procs, allocs)
+    t = ut.totals(roll)
+    start, end = T0.timestamp(), (T0 + dt.timedelta(hours=8)).timestamp()
+    return chargeback(ut.holder_hours(roll), roll.allocations, start, end, 2.0, unheld_real_s(roll.gpu_hours)), t
+
+
+def test_chargeback_rows_sum_to_fleet_totals() -> None:
+    charge, t = _charge(ALLOCS)
+    for by in ("account", "user", "partition", "namespace"):
+        rows = charge.by(by).rows
+        assert sum(r["allocated_gpu_hours"] for r in rows) == pytest.approx(12.0), by
+        assert sum(r["held_gpu_hours"] for r in rows) == pytest.approx(t.r), by
+        assert sum(r["real_gpu_hours"] for r in rows) == pytest.approx(t.s), by
+    acct = {r["account"]: r for r in charge.by_account.rows}
+    assert acct["phys"]["allocated_gpu_hours"] == pytest.approx(12.0)
+    assert acct["phys"]["held_gpu_hours"] == pytest.approx(6.0)
+    assert acct["phys"]["idle_gpu_hours"] == pytest.approx(11.0)
+    assert acct["phys"]["idle_usd"] == pytest.approx(22.0)
+    assert acct["(no allocation)"]["held_gpu_hours"] == pytest.approx(1.0)
+    assert charge.by_account.rows[0]["account"] == "phys"  # ranked by idle cost
+    users = {r["user"]: r for r in charge.by_user.rows}
+    assert users["bob"]["allocated_gpu_hours"] == pytest.approx(4.0)
+    assert users["carol"]["allocated_gpu_hours"] == 0
+
+
+def test_idle_jobs_zero_util_allocated_unused_and_idle_after_active() -> None:
+    g0 = gpu_rows("n1", "g0", N, sm=lambda i: 0.6 if i < HOUR else 0.0, procs=lambda i: int(i < 4 * HOUR))
+    g1 = gpu_rows("n1", "g1", N)
+    procs = proc_rows("n1", "g0", ends(g0, lambda i: i < 4 * HOUR), job_id="700")
+    allocs = [_alloc("700", "n1", 1, 0, 4), _alloc("701", "n1", 1, 2, 4), _alloc("702", "n1", 1, 4, 4.5)]
+    charge, _ = _charge(allocs, g0 + g1, procs)
+    listed = {r["job"]: r for r in charge.idle_jobs.rows}
+    assert listed.keys() == {"700", "701"}  # 702: half an hour only
+    assert listed["700"]["reason"] == "idle after an active stretch"
+    assert listed["700"]["idle_gpu_hours"] == pytest.approx(3.0)
+    assert listed["700"]["active_hours"] == 1
+    assert listed["701"]["reason"] == "allocated, no process"
+    assert listed["701"]["idle_gpu_hours"] == pytest.approx(2.0)
+
+
+def test_cli_report_by_writes_chargeback_csv_and_json(tmp_path: Path) -> None:
+    import csv
+    import json
+
+    from tests.helpers import one_error_line, run_cli
+
+    samples, procs = _node()
+    root = write(tmp_path / "d", samples, procs)
+    rows = [{**a, "account": "=cmd|x" if a["job_id"] == "502" else a["account"]} for a in ALLOCS]
+    write_allocations(root, frame(rows), "slurm")
+    r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out"), "-f", "json", "--by",
+                "account,namespace", "--quiet")
+    assert r.returncode == 0, r.stderr
+    with (tmp_path / "out" / "chargeback-account.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert sum(float(x["allocated_gpu_hours"]) for x in table) == pytest.approx(12.0)
+    assert sum(float(x["held_gpu_hours"]) for x in table) == pytest.approx(7.0)
+    assert sum(float(x["real_gpu_hours"]) for x in table) == pytest.approx(2.0)
+    assert "'=cmd|x" in {x["account"] for x in table}  # a formula from the data is defused
+    doc = json.loads((tmp_path / "out" / "chargeback-namespace.json").read_text())
+    assert doc["basis"] == "allocations" and doc["usd_per_gpu_hour"] > 0
+    idle = json.loads((tmp_path / "out" / "idle-jobs.json").read_text())
+    assert {row["job"]: row["reason"] for row in idle["rows"]}["502"] == "0 % SM activity while held"
+    r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out2"), "--by", "team")
+    assert "unknown --by 'team'" in one_error_line(r)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_report_first_section_shows_allocated_held_real_and_the_ledger(tmp_path: Path) -> None:
+    from gpuaudit.report.writer import write_report
+
+    samples, procs = _node()
+    write(tmp_path / "plain", samples, procs)
+    write(tmp_path / "alloc", samples, procs)
+    write_allocations(tmp_path / "alloc", frame(ALLOCS), "slurm")
+    md = {}
+    for name in ("plain", "alloc"):
+        written = write_report(analyze(tmp_path / name), tmp_path / f"out-{name}", ["md"])
+        text = written.files["md"].read_text()
+        md[name] = text[text.index("## 1. "):text.index("## 2. ")]
+        assert (tmp_path / f"out-{name}" / "charts" / "ledger.svg").read_text().startswith("<?xml")
+    assert "Believed: allocated (scheduler) utilization | 37.5 %" in md["alloc"]
+    assert "The scheduler shows the fleet 37.5 % allocated" in md["alloc"]
+    assert "| allocated, no process | 6.0 GPU-h | 18.8 %" in md["alloc"]
+    assert "believed is inferred from processes" in md["plain"]
+    assert "allocated (scheduler)" not in md["plain"]
+
+
+def test_mig_allocation_counts_its_share_of_a_gpu() -> None:
+    """A Slurm job allocated a 3g.40gb slice (3/7 of a GPU) for 2 h ran its process on that slice for 1 h:
+    1 h × 3/7 allocated with no process; the other slice (4/7) stays unallocated."""
+    n = 3 * HOUR
+    s1 = gpu_rows("n1", "g0", n, mig_instance=1, gpu_fraction=3 / 7, sm=lambda i: 0.5 if i < HOUR else 0.0,
+                  procs=lambda i: int(i < HOUR))
+    s2 = gpu_rows("n1", "g0", n, mig_instance=2, gpu_fraction=4 / 7)
+    procs = proc_rows("n1", "g0", ends(s1, lambda i: i < HOUR), job_id="800", mig_instance=1)
+    alloc = [{**_alloc("800", "n1", 3 / 7, 0, 2), "mig_profile": "3g.40gb"}]
+    roll = rollups(s1 + s2, procs, alloc)
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=3)).timestamp(), False)
+    assert led.observed_gpu_hours.value == pytest.approx(3.0)
+    assert led.allocated_no_process.value == pytest.approx(3 / 7)
+    assert led.productive.value == pytest.approx(0.5 * 3 / 7)
+    assert led.held_idle.value == pytest.approx(0.5 * 3 / 7)
+    assert led.scheduler_gpu_hours.value == pytest.approx(2 * 3 / 7)
+    slice2 = m.gpu_hours.filter(pl.col("mig_instance") == 2)
+    assert slice2["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
