@@ -63,7 +63,7 @@ def _analyze(root: str) -> dict[str, Any]:
 def _report(root: str) -> dict[str, Any]:
     import tempfile
 
-    from gpuaudit.report.pipeline import report_dataset
+    from gpuaudit.flows import report_dataset
 
     with tempfile.TemporaryDirectory() as out:
         report_dataset(Path(root), Path(out), formats="html,md,json", quiet=True)
@@ -126,7 +126,7 @@ MODES = {"analyze": _analyze, "report": _report, "stage1": _stage1, "floor": _fl
 # Modules each mode needs, imported before the clock starts: the figures time work, not imports.
 PRELOAD = {
     "analyze": ("gpuaudit.analysis.pipeline", "numpy", "polars", "duckdb"),
-    "report": ("gpuaudit.report.pipeline", "gpuaudit.report.render", "gpuaudit.report.charts",
+    "report": ("gpuaudit.flows", "gpuaudit.report.render", "gpuaudit.report.charts",
                "gpuaudit.analysis.pipeline", "matplotlib.pyplot", "numpy", "polars", "duckdb"),
     "stage1": ("gpuaudit.analysis.stage1.rollup", "polars", "duckdb"),
     "floor": ("gpuaudit.store", "polars", "duckdb"),

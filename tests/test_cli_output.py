@@ -243,7 +243,7 @@ def test_report_files_and_analyze_json_hold_no_raw_control_characters(tmp_path: 
 
 
 def test_json_escaping_keeps_text_and_round_trips() -> None:
-    from gpuaudit.report.safetext import json_text
+    from gpuaudit.util.jsonio import json_text
 
     doc = {"name": f"é—≥ 日本 🙂 {NASTY}\x7f\u2028\u2066\udc80", "n": [1, 2.5, None], f"k{NASTY}": True}
     for kwargs in ({}, {"indent": 2}, {"separators": (",", ":")}):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.report.pipeline import report_dataset
+from gpuaudit.flows import report_dataset
 from gpuaudit.sim import bulk as sim
 
 

@@ -91,7 +91,7 @@ def test_report_package_stays_out_of_the_cli_and_nvml() -> None:
     import sys
 
     code = (
-        "import sys, gpuaudit.report.sections, gpuaudit.report.writer, gpuaudit.report.pipeline, "
+        "import sys, gpuaudit.report.sections, gpuaudit.report.writer, "
         "gpuaudit.report.terminal, gpuaudit.report.render;"
         "print(sorted(m for m in ('typer', 'pynvml') if m in sys.modules))"
     )

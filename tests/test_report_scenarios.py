@@ -13,7 +13,7 @@ from gpuaudit.sim.workload import SCENARIOS
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_every_scenario_renders(scenario: str, tmp_path: Path) -> None:
-    from gpuaudit.report.pipeline import analyze
+    from gpuaudit.flows import analyze
     from gpuaudit.report.writer import write_report
 
     gpus = 24 if scenario == "bursty-agents" else 16

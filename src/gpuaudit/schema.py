@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEMA_VERSION = 1
+MIB = 1 << 20  # bytes: memory is stored in bytes; NVML, DCGM and the simulator speak MiB
 SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
 
 SAMPLES = "gpu_samples"
@@ -61,6 +62,15 @@ DUTY_CYCLE_ONLY_SOURCES = (SOURCE_NVML, *(import_source(e, m) for e in IMPORT_EX
 # The one line of dcgm-exporter's counters CSV (etc/default-counters.csv ships it commented out) that makes
 # it export SM activity.
 DCGM_SM_ACTIVE_CSV_LINE = "DCGM_FI_PROF_SM_ACTIVE, gauge, The ratio of cycles an SM has at least 1 warp assigned."
+# Which stream counts where several report one GPU over the same time (stage 1's de-duplication): the lowest
+# rank wins (true SM activity before engine activity before duty cycle, the agent before an import); a source not
+# listed ranks after all of these. sql/analysis_streams.sql spells it out as a CASE; a test runs that CASE over
+# every source here and checks it against this table.
+_MEASURED_PRECEDENCE = {MEASURED_SM: 2, MEASURED_ENGINE: 3, MEASURED_DUTY: 5}
+SOURCE_PRECEDENCE = {SOURCE_NVML_GPM: 1, SOURCE_SIMULATED: 1, SOURCE_NVML: 4,
+                     **{import_source(e, m): rank for e in IMPORT_EXPORTERS
+                        for m, rank in _MEASURED_PRECEDENCE.items()}}
+OTHER_SOURCE_PRECEDENCE = 6
 
 # Value rules beyond the types. The writer refuses rows that break the first two; the reader (conformance.py)
 # leaves out rows that break any of them, whoever wrote the file.

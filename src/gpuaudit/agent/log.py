@@ -1,10 +1,9 @@
-"""Structured logs for the agent: one `key=value` line per event on stderr."""
+"""Structured logs for the agent: one `key=value` line per event (util.logsetup.setup(events=True) sends them
+to stderr)."""
 
 from __future__ import annotations
 
 import logging
-import sys
-import time
 from typing import Any
 
 from gpuaudit.util.textsafe import printable
@@ -25,21 +24,3 @@ def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
         return
     parts = [f"event={name}"] + [f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None]
     logger.log(level, " ".join(parts))
-
-
-class _Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        return f"ts={ts} level={record.levelname.lower()} {record.getMessage()}"
-
-
-def setup(verbose: bool = False) -> None:
-    """Send gpuaudit.* logs to stderr as key=value lines (idempotent)."""
-    root = logging.getLogger("gpuaudit")
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    if not any(getattr(h, "_gpuaudit_agent", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter())
-        handler._gpuaudit_agent = True  # type: ignore[attr-defined]
-        root.addHandler(handler)
-        root.propagate = False

@@ -92,15 +92,14 @@ class Uploader:
 
 def check_target(root: Path, url: str) -> None:
     """Refuse an --upload target that cannot work, at start rather than at the first flush."""
-    from gpuaudit.cli._common import collection_target
     from gpuaudit.errors import GpuauditError
-    from gpuaudit.store import remote
+    from gpuaudit.util.paths import as_url, collection_target, expand_user
 
     url = collection_target(url, "--upload")  # a malformed URL or an unknown user's `~`: refused here
-    if remote.as_url(url):
+    if as_url(url):
         import importlib.util
 
         if importlib.util.find_spec("s3fs") is None:  # not imported here: the agent stays small
             raise GpuauditError(f"--upload {url}: S3 support is not installed: pip install 'gpuaudit[s3]'")
-    elif Path(url).resolve() == Path(root).expanduser().resolve():
+    elif Path(url).resolve() == expand_user(root, "--data").resolve():
         raise GpuauditError("--upload must name another place than --data")

@@ -126,6 +126,31 @@ class Config:
         return dataclasses.replace(self, **{section: new})
 
 
+# Units of the settings whose key does not end in one (see unit_of).
+_UNITS = {
+    "cloud_below": "fraction", "on_prem_above": "fraction", "right_size_target_efficiency": "fraction",
+    "confidence_level": "fraction", "sensitivity_fraction": "fraction", "growth_rates": "fraction/year",
+    "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
+    "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
+    "discount_rate_per_year": "fraction/year", "owned_age_years": "years",
+}
+
+
+def unit_of(key: str) -> str:
+    """The unit a setting is given in (the result's assumptions list): named, or read off the key's suffix."""
+    if key in _UNITS:
+        return _UNITS[key]
+    for suffix, unit in (("_usd_per_hour", "USD/h"), ("_usd_per_node_per_month", "USD/node/month"),
+                         ("_usd_per_gpu", "USD/GPU"), ("_usd_per_month", "USD/month"),
+                         ("_usd_per_gb", "USD/GB"), ("_usd_per_kwh", "USD/kWh"), ("_usd_once", "USD"),
+                         ("_usd", "USD"), ("_per_week", "GB/week"), ("_watts_per_gpu", "W"), ("_months", "months"),
+                         ("_days", "days"), ("_hours", "hours"), ("_years", "years"), ("_per_hour", "1/h"),
+                         ("_share", "fraction"), ("_multiplier", "×"), ("_fraction_per_year", "fraction/year")):
+        if key.endswith(suffix):
+            return unit
+    return ""
+
+
 # Where a price or multiplier can plausibly lie, and what its unit means. A value outside is refused (a percent
 # written as a multiplier, cents written as dollars flip the recommendation) unless the file lists the key in a
 # top-level `allow_implausible = [...]`. (low, high, what the number is).
@@ -164,6 +189,15 @@ SECTIONS: dict[str, type] = {
     "on_prem": OnPremConfig,
     "analysis": AnalysisConfig,
 }
+
+
+def bounds(section: str, key: str) -> tuple[float, float]:
+    """The range a numeric setting must lie in (what load_config enforces), as (lowest, highest); an exclusive
+    lower bound ("above") is the next float up."""
+    meta = next(f.metadata for f in dataclasses.fields(SECTIONS[section]) if f.name == key)
+    lo, hi = meta.get("min"), meta.get("max")
+    low = -math.inf if lo is None else (math.nextafter(lo, math.inf) if meta.get("above") else float(lo))
+    return low, math.inf if hi is None else float(hi)
 
 
 def _preset_text(name: str) -> str:

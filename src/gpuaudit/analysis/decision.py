@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuaudit.analysis.result import Branch, Condition, DecisionInputs, RuleFired
+from gpuaudit.analysis.result import Branch, Condition, DecisionInputs, Deployment, RuleFired
 
 
 class Op(enum.Enum):
@@ -120,6 +120,14 @@ def branch_for(real_utilization: float, inputs: DecisionInputs, rules: tuple[Rul
         if all(c.op.fn(facts[c.fact], _threshold(c.threshold, inputs)) for c in rule.conditions):
             return rule.branch
     raise AssertionError("the decision rules cover every input")
+
+
+def branch_at(real_utilization: float, cloud_below: float, on_prem_above: float) -> Branch:
+    """The branch for a real utilization between these thresholds, neither latency-sensitive nor bound by data
+    residency (the simulator's ground truth for its scenarios)."""
+    inputs = DecisionInputs(real_utilization, latency_sensitive=False, data_residency=False, egress_gb_per_week=0.0,
+                            current=Deployment.ON_PREM, cloud_below=cloud_below, on_prem_above=on_prem_above)
+    return branch_for(real_utilization, inputs)
 
 
 def branches_between(low: float, high: float, inputs: DecisionInputs, rules: tuple[Rule, ...] = RULES

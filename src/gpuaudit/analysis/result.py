@@ -13,12 +13,12 @@ as its share of a GPU), money in USD, timestamps ISO 8601 UTC.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from gpuaudit.util.jsonio import plain
 
 RESULT_VERSION = 2  # 2: present-value costs, held-hour break-even, one recommendation, bounds
 HOURS_PER_YEAR = 8766.0  # 365.25 days: what "per year" figures scale the trial to
@@ -84,6 +84,7 @@ class Table:
     columns: tuple[TableColumn, ...]
     rows: tuple[dict[str, Any], ...]
     source: str = ""
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("name", "description", "source", "columns", "rows")  # to_dict's order
 
     def to_polars(self) -> Any:
         """The table as a polars DataFrame (imported lazily: the result module stays cheap)."""
@@ -755,36 +756,4 @@ class AnalysisResult:
     chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
-
-
-def _plain(obj: Any) -> Any:
-    """Plain JSON-able values with stable keys: dataclasses → dicts (field order), enums → values,
-    datetimes → ISO 8601, non-finite floats → None, tuples → lists."""
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        if isinstance(obj, Table):
-            return {
-                "name": obj.name,
-                "description": obj.description,
-                "source": obj.source,
-                "columns": [_plain(c) for c in obj.columns],
-                "rows": [{k: _plain(v) for k, v in r.items()} for r in obj.rows],
-            }
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dt.datetime):
-        if obj.tzinfo is None:
-            obj = obj.replace(tzinfo=dt.UTC)
-        return obj.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(obj, dt.date):
-        return obj.isoformat()
-    if isinstance(obj, float):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
-        return _plain(obj.item())
-    return obj
+        return plain(self, rich=True)  # plain JSON-able values, stable keys

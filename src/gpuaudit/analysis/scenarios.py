@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpuaudit.analysis import costs
-from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.config import Config, bounds
 from gpuaudit.analysis.hybrid import Sizing, size
 from gpuaudit.analysis.result import (
     BreakEvenCurveColumns,
@@ -36,29 +36,29 @@ WHAT_IF_ORDER = ("all-cloud-if-packed", "all-on-prem-if-packed", "hybrid-if-pack
 OWNING = ("stay-as-is", "all-on-prem", "hybrid")  # scenarios that own GPUs (stay-as-is only when on-prem)
 _CLOUD_PARTS = ("cloud_reserved", "cloud_flexible", "egress", "managed_services")
 
-# What the sensitivity analysis moves: (section, key, label, lowest allowed, highest allowed). Each is moved by
-# ± analysis.sensitivity_fraction on its own, clamped to its range.
-PARAMETERS: tuple[tuple[str, str, str, float, float], ...] = (
-    ("cloud", "instance_usd_per_hour", "cloud instance $/hour", 0.0, math.inf),
-    ("cloud", "spot_multiplier", "spot multiplier", 0.0, math.inf),
-    ("cloud", "reserved_multiplier", "reserved multiplier", 0.0, math.inf),
-    ("cloud", "spot_share", "spot share", 0.0, 1.0),
-    ("cloud", "spot_interruptions_per_hour", "spot interruptions/hour", 0.0, math.inf),
-    ("cloud", "egress_usd_per_gb", "egress $/GB", 0.0, math.inf),
-    ("cloud", "egress_gb_per_week", "egress GB/week", 0.0, math.inf),
-    ("cloud", "managed_services_usd_per_month", "managed services $/month", 0.0, math.inf),
-    ("on_prem", "hardware_usd_per_gpu", "hardware $/GPU", 0.0, math.inf),
-    ("on_prem", "amortization_years", "amortization years", 1e-6, math.inf),
-    ("on_prem", "salvage_fraction", "salvage fraction", 0.0, 1.0),
-    ("on_prem", "staff_usd_per_month", "staff $/month", 0.0, math.inf),
-    ("on_prem", "staff_usd_per_node_per_month", "staff $/node/month", 0.0, math.inf),
-    ("on_prem", "space_usd_per_node_per_month", "space $/node/month", 0.0, math.inf),
-    ("on_prem", "power_usd_per_kwh", "power $/kWh", 0.0, math.inf),
-    ("on_prem", "pue", "PUE", 1.0, math.inf),
-    ("on_prem", "networking_usd", "networking $", 0.0, math.inf),
-    ("on_prem", "maintenance_fraction_per_year", "maintenance %/year", 0.0, math.inf),
-    ("on_prem", "owned_age_years", "age of owned GPUs", 0.0, math.inf),
-    ("analysis", "discount_rate_per_year", "discount rate/year", 0.0, 1.0),
+# What the sensitivity analysis moves: (section, key, label). Each is moved by ± analysis.sensitivity_fraction on
+# its own, clamped to the range the config accepts for it (config.bounds).
+PARAMETERS: tuple[tuple[str, str, str], ...] = (
+    ("cloud", "instance_usd_per_hour", "cloud instance $/hour"),
+    ("cloud", "spot_multiplier", "spot multiplier"),
+    ("cloud", "reserved_multiplier", "reserved multiplier"),
+    ("cloud", "spot_share", "spot share"),
+    ("cloud", "spot_interruptions_per_hour", "spot interruptions/hour"),
+    ("cloud", "egress_usd_per_gb", "egress $/GB"),
+    ("cloud", "egress_gb_per_week", "egress GB/week"),
+    ("cloud", "managed_services_usd_per_month", "managed services $/month"),
+    ("on_prem", "hardware_usd_per_gpu", "hardware $/GPU"),
+    ("on_prem", "amortization_years", "amortization years"),
+    ("on_prem", "salvage_fraction", "salvage fraction"),
+    ("on_prem", "staff_usd_per_month", "staff $/month"),
+    ("on_prem", "staff_usd_per_node_per_month", "staff $/node/month"),
+    ("on_prem", "space_usd_per_node_per_month", "space $/node/month"),
+    ("on_prem", "power_usd_per_kwh", "power $/kWh"),
+    ("on_prem", "pue", "PUE"),
+    ("on_prem", "networking_usd", "networking $"),
+    ("on_prem", "maintenance_fraction_per_year", "maintenance %/year"),
+    ("on_prem", "owned_age_years", "age of owned GPUs"),
+    ("analysis", "discount_rate_per_year", "discount rate/year"),
 )
 
 
@@ -511,7 +511,8 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
     plan = base.cheapest
     base_plan, base_margin = margin(base, plan)
     rows: list[dict[str, Any]] = []
-    for section, key, label, lo, hi in PARAMETERS:
+    for section, key, label in PARAMETERS:
+        lo, hi = bounds(section, key)
         value = float(getattr(getattr(cfg, section), key))
         if value == 0:
             continue  # a share of nothing moves nothing

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 from gpuaudit.analysis.result import AnalysisResult
+from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
 
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:.1f} %"
-
-
-def _usd(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"−${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+_pct, _usd = fmt.summary_pct, fmt.summary_usd  # the one vocabulary, as `analyze`'s summary spells it
 
 
 def _ci(low: float | None, high: float | None, level: float, fmt: object = _pct) -> str:

@@ -29,10 +29,11 @@ from gpuaudit.analysis.result import (
     Utilization,
     WrsColumns,
 )
-from gpuaudit.analysis.stage1.rollup import DEMAND_BUCKET_S, Rollups
+from gpuaudit.analysis.stage1.rollup import Rollups
+from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
 from gpuaudit.errors import NoDataError
 
-H = 3600.0
+H = float(HOUR_S)
 SRC_SAMPLES = "gpu_samples via sql/analysis_streams.sql (de-duplicated) and sql/analysis_rollup.sql"
 SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
 
@@ -535,7 +536,7 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
     g = roll.gpu_hours
     el = el or NO_ELASTIC
     start, end = tr.start.timestamp(), tr.end.timestamp()
-    window_hours = math.floor((end - 1e-3) / H) - math.floor(start / H) + 1
+    window_hours = slot_index(end) - math.floor(start / H) + 1
     stop_after = cfg.analysis.stopped_reporting_after_hours * H
     per = (
         g.group_by("host", "gpu_uuid", "mig_instance")

@@ -31,9 +31,9 @@ def _root(
     ),
 ) -> None:
     """gpuaudit: real GPU utilization, and what it means for cloud vs on-prem."""
-    from gpuaudit.cli._common import log_warnings
+    from gpuaudit.util import logsetup
 
-    log_warnings()
+    logsetup.setup()
 
 
 # Each module adds its commands to `app` on import.

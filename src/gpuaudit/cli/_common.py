@@ -1,11 +1,9 @@
-"""Shared CLI plumbing: the --data option, path options (`~` expansion, URLs refused where only a local path
-works) and the one place that turns errors into one-line messages."""
+"""Shared CLI plumbing: the --data option and the one place that turns errors into one-line messages. What a
+path option means (`~` expansion, URLs refused where only a local path works) is gpuaudit.util.paths'."""
 
 from __future__ import annotations
 
 import functools
-import logging
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any, TypeVar
 import typer
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util import paths
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,60 +63,10 @@ def data_path(value: Path | None) -> Path:
 
 def data_source(value: Path | None) -> Path | str:
     """The dataset a reading command reads: a local directory, or an s3://bucket/prefix URL."""
-    from gpuaudit.store import data_root, remote
+    from gpuaudit.store import data_root
 
     root = data_root(value)
-    return remote.as_url(root) or root
-
-
-# "xx://rest" as typed, or "xx:/rest" once pathlib collapsed the slashes (a Path option). Two letters or more: a
-# Windows drive letter never matches.
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
-
-
-def _s3_without_slashes(text: str) -> bool:
-    """`s3:bucket`: a mistyped URL, never meant as a local folder named `s3:bucket`."""
-    return text[:3].lower() == "s3:" and not _URL.match(text)
-
-
-def expand_path(value: Path | str, option: str) -> Path:
-    """`value` with `~` / `~user` expanded (quoted on a command line, or from a unit file no shell expanded). An
-    unknown user is a one-line error naming the option, not a RuntimeError or a literal `./~user` folder.
-    (--data does the same in store.data_root.)"""
-    try:
-        return Path(value).expanduser()
-    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
-        raise GpuauditError(f"bad {option} {str(value)!r}: cannot expand '~' (no such user or home directory)"
-                            ) from None
-
-
-def local_path(value: Path | str, option: str, what: str = "a local path") -> Path:
-    """A path a command writes or reads on this machine (report --out, --config, ...): `~` expanded, and a URL
-    refused (`s3://b/r` would otherwise be written as the relative folder `s3:/b/r`)."""
-    text = str(value)
-    m = _URL.match(text)
-    if m or _s3_without_slashes(text):
-        shown = f"{m.group(1)}://{m.group(2)}" if m else text
-        raise GpuauditError(f"{option} {shown!r} looks like a URL: {option} takes {what}")
-    return expand_path(value, option)
-
-
-def collection_target(value: str, option: str) -> str:
-    """A push / upload target: `s3://bucket[/prefix]` (normalized), or a local directory (`~` expanded). Any other
-    URL, and `s3:` without `//`, is a one-line error rather than a local folder named after it."""
-    from gpuaudit.store import remote
-
-    if _URL.match(value):
-        try:
-            url = remote.as_url(value)
-        except GpuauditError as e:
-            raise GpuauditError(f"{option}: {e}") from None
-        if url is None:  # as_url's pattern stops at a line break
-            raise GpuauditError(f"{option} {value!r}: give s3://bucket/prefix or a local directory")
-        return url
-    if _s3_without_slashes(value):
-        raise GpuauditError(f"{option} {value!r}: an S3 target is written s3://bucket/prefix")
-    return str(expand_path(value, option))
+    return paths.as_url(root) or root
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -189,44 +138,3 @@ def handle_errors(fn: F) -> F:
 
 
     return wrapper  # type: ignore[return-value]
-
-
-class _EscapingFormatter(logging.Formatter):
-    """`gpuaudit: warning: ...`, one line: messages name files and hosts from the data, so control, format and
-    bidi characters in them are shown escaped (an ESC[2J or a U+202E in a pushed file's name never reaches the
-    terminal raw)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        from gpuaudit.util.textsafe import printable
-
-        level = {"WARNING": "warning", "ERROR": "error", "CRITICAL": "error"}.get(record.levelname, "note")
-        return f"gpuaudit: {level}: {printable(record.getMessage())}"
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is when a record comes (a test runner swaps it between commands)."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
-
-
-def log_warnings() -> None:
-    """The one place warnings reach stderr: gpuaudit's loggers and Python's `warnings` (captured), through one
-    escaping handler on the root logger. Set up once per process, before any command runs (the agent's
-    structured log, agent/log.py, replaces it for the gpuaudit.* loggers)."""
-    root = logging.getLogger()
-    if any(isinstance(h.formatter, _EscapingFormatter) for h in root.handlers):
-        return
-    handler = _StderrHandler()
-    handler.setFormatter(_EscapingFormatter())
-    # gpuaudit's own records and Python's warnings: a library's chatter (urllib3 logs each retry it makes) is not
-    # ours to show; its outcome is, in gpuaudit's words (the importer's one-line error counts the retries).
-    handler.addFilter(lambda r: r.name == "gpuaudit" or r.name.startswith(("gpuaudit.", "py.warnings")))
-    root.addHandler(handler)
-    root.setLevel(logging.WARNING)
-    logging.captureWarnings(True)

@@ -9,8 +9,10 @@ from typing import Any
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, collection_target, data_path, fail, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, fail, handle_errors
 from gpuaudit.cli.push import DeleteOption, EndpointOption
+from gpuaudit.util import logsetup, paths
+from gpuaudit.util.paths import collection_target
 
 agent_app = typer.Typer(
     name="agent",
@@ -70,14 +72,12 @@ def run(
 ) -> None:
     """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM; SIGHUP
     flushes now). One agent per host and data directory."""
-    from gpuaudit.agent import log
     from gpuaudit.agent.runner import Agent, AgentConfig
-    from gpuaudit.store import remote
-
-    log.setup(verbose)
-    if remote.as_url(data):
-        fail(f"the agent writes to a local directory, not {remote.as_url(data)}: "
-             f"give --data DIR and --upload {remote.as_url(data)} to ship each flush there")
+    logsetup.setup(events=True, verbose=verbose)
+    url = paths.as_url(data)
+    if url:
+        fail(f"the agent writes to a local directory, not {url}: "
+             f"give --data DIR and --upload {url} to ship each flush there")
     if upload:
         upload = collection_target(upload, "--upload")
     config = AgentConfig(root=data_path(data), interval_s=interval, flush_interval_s=flush_interval,

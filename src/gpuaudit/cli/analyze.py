@@ -18,10 +18,9 @@ from gpuaudit.cli._common import (
     PresetOption,
     ResidencyOption,
     data_source,
-    fail,
     handle_errors,
-    local_path,
 )
+from gpuaudit.util.paths import local_path
 
 
 @app.command("analyze")
@@ -43,22 +42,9 @@ def analyze_cmd(
     Examples: gpuaudit analyze --data ./gpuaudit-data;
     gpuaudit analyze --json --latency-sensitive --egress-gb-per-week 2000 --config costs.toml
     """
-    from gpuaudit.analysis.config import load_config
-    from gpuaudit.analysis.pipeline import analyze
-    from gpuaudit.analysis.text import summary
-    from gpuaudit.report.safetext import json_text
-    from gpuaudit.store import dataset_exists
+    from gpuaudit.flows import print_analysis
 
     config = local_path(config, "--config", "a file") if config is not None else None
-    root = data_source(data)
-    if not dataset_exists(root):
-        fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
-    cfg = load_config(config, preset)
-    result = analyze(root, cfg, latency_sensitive=latency_sensitive, data_residency=data_residency,
-                     egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
-                     engine=engine)
-    if as_json:
-        # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal.
-        typer.echo(json_text(result.to_dict(), indent=2))
-    else:
-        typer.echo(summary(result), nl=False)
+    print_analysis(data_source(data), as_json=as_json, config=config, preset=preset,
+                   latency_sensitive=latency_sensitive, data_residency=data_residency,
+                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus, engine=engine)

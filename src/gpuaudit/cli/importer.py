@@ -9,8 +9,9 @@ from typing import Any
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, handle_errors, local_path
+from gpuaudit.cli._common import DataOption, data_path, handle_errors
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util.paths import local_path
 
 import_app = typer.Typer(
     help="Import utilization history from existing monitoring (no agent needed).",

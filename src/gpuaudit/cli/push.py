@@ -7,7 +7,9 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, collection_target, data_path, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, handle_errors
+from gpuaudit.util import logsetup
+from gpuaudit.util.paths import collection_target
 
 EndpointOption = typer.Option(
     None, "--endpoint-url",
@@ -52,7 +54,7 @@ def push_cmd(
         # not on the SIGTERM/SIGINT a service manager or a terminal sends the whole group.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        log.setup(verbose)
+        logsetup.setup(events=True, verbose=verbose)
         push.follow(root, to, endpoint_url=endpoint_url, delete_after_upload=delete_after_upload, retries=retries,
                     event=log.event)
         return

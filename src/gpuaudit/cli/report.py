@@ -20,8 +20,8 @@ from gpuaudit.cli._common import (
     ResidencyOption,
     data_source,
     handle_errors,
-    local_path,
 )
+from gpuaudit.util.paths import local_path
 
 OutOption = typer.Option(Path("gpuaudit-report"), "--out", "-o", help="Directory to write the report into.")
 
@@ -53,7 +53,7 @@ def report_cmd(
     Run it after a trial period. It analyzes the dataset and explains the verdict (cloud, hybrid or on-prem):
     believed vs real utilization, where the waste is, when, demand and sizing, costs, sensitivity.
     """
-    from gpuaudit.report.pipeline import report_dataset
+    from gpuaudit.flows import report_dataset
 
     out = local_path(out, "--out", "a local directory (copy the report to object storage afterwards)")
     config = local_path(config, "--config", "a file") if config is not None else None
@@ -81,7 +81,7 @@ def demo_cmd(
     The simulated dataset goes to OUT/data (query it with `gpuaudit sql --data OUT/data ...`).
     The report goes to OUT/report.html, OUT/report.md and OUT/report.json.
     """
-    from gpuaudit.report.pipeline import run_demo
+    from gpuaudit.flows import run_demo
 
     out = local_path(out, "--out", "a local directory")
     run_demo(out, scenario=scenario, gpus=gpus, days=days, interval_s=interval, seed=seed, formats=format)

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from gpuaudit.cli import app
-from gpuaudit.cli._common import DataOption, data_path, data_source, expand_path, fail, handle_errors
+from gpuaudit.cli._common import DataOption, data_path, data_source, fail, handle_errors
+from gpuaudit.util.paths import expand_user
 
 # What one `gpuaudit sql` may take from the machine by default: a query is the user's, so it gets bounds a shared
 # analysis host can live with (and spills only into a private directory: store/sqlquery.private_spill_dir).
@@ -48,6 +49,7 @@ def sql(
     SELECT host, count(DISTINCT gpu_uuid) FROM samples GROUP BY host".
     """
     from gpuaudit import store
+    from gpuaudit.flows import require_dataset
     from gpuaudit.store import sqlquery
     from gpuaudit.util import resources
 
@@ -57,8 +59,7 @@ def sql(
         return
     memory_bytes = sqlquery.memory_limit_bytes(memory_limit)
     root = data_source(data)
-    if not store.dataset_exists(root):
-        fail(f"no dataset at {root} (use --data DIR, set GPUAUDIT_DATA, or run `gpuaudit simulate`)")
+    require_dataset(root)
     from gpuaudit.analysis.stage1.streams import user_views
 
     if file is not None:
@@ -98,7 +99,7 @@ def _read_query_file(file: Path) -> str:
     from gpuaudit.util import resources
     from gpuaudit.util.smallfile import QUERY_MAX_BYTES, read_small_text
 
-    file = expand_path(file, "--file")
+    file = expand_user(file, "--file")
     if file.exists():
         text = read_small_text(file, "--file", QUERY_MAX_BYTES)  # a regular file of a sane size, nothing else
         if not text.strip():

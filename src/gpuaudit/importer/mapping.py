@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuaudit.errors import GpuauditError
-
-MIB = 1024 * 1024
+from gpuaudit.schema import MIB
 
 # Unit -> factor to the field's stored unit (fractions, bytes, W, J, °C).
 _UNITS: dict[str, dict[str, float]] = {

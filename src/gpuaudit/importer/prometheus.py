@@ -644,13 +644,10 @@ def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
                 con.close()
             atomic.fsync(new)
             result.files.append(root / new.relative_to(changes.stage))
-        record = part / journal.record_name()
-        record.write_text(journal.encode(new.name, sorted(old)), encoding="utf-8")
-        atomic.fsync(record)
+        atomic.write_synced(part / journal.record_name(), journal.encode(new.name, sorted(old)))
     for table, host, day, new_name, old_name in changes.rewrites:
         record = store.partition_dir(changes.stage, table, host, day) / journal.record_name()
-        record.write_text(journal.encode(new_name, [old_name]), encoding="utf-8")
-        atomic.fsync(record)
+        atomic.write_synced(record, journal.encode(new_name, [old_name]))
 
 
 def _own(f: Path) -> bool:
@@ -692,11 +689,7 @@ def _publish(root: Path, changes: _Changes) -> None:
             raise
     for d in sorted({f.parent for f, _ in done}):  # the renames are durable once their directories are synced
         with contextlib.suppress(OSError):
-            fd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            atomic.fsync(d)
 
 
 def _restore(done: list[tuple[Path, Path | None]]) -> None:

@@ -32,12 +32,12 @@ from gpuaudit.importer.identity import NO_MIG
 from gpuaudit.importer.mapping import COUNTER, LAST, Mapping, gpu_fraction
 
 KEY = ["host", "gpu_uuid", "mig_instance"]
-HELD_MEM_BYTES = 256 * 1024 * 1024  # framebuffer use that counts as a process holding the GPU
+HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
 FRACTIONS = ("sm_active", "gr_engine_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active",
              "mem_util")
 UTIL = ("sm_active", "gr_engine_active", "duty_cycle")
 _GAUGES = (*FRACTIONS, "fb_used", "fb_free", "mem_total", "temp_c")
-MIB = 1024 * 1024
+MIB = schema.MIB
 COUNT = "count"  # the part of an AVG metric that says how many samples each step's average holds
 
 SERIES_SCHEMA = {

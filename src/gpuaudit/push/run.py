@@ -46,7 +46,6 @@ import os
 import pwd
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +54,7 @@ from typing import IO, Any, Protocol, cast
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import readers, remote
-from gpuaudit.util import jsonio
+from gpuaudit.util import atomic, jsonio, paths
 
 log = logging.getLogger("gpuaudit.push")
 
@@ -121,7 +120,7 @@ class DirTarget:
     temporary files a killed push left there."""
 
     def __init__(self, root: Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.root = Path(root).expanduser()
+        self.root = paths.expand_user(root, "--to")
         self.url = str(self.root)
         self.clock = clock
         self._listed: dict[str, dict[str, int]] = {}  # partition -> name -> size
@@ -191,22 +190,7 @@ class DirTarget:
                 _give(d, self._owner)
         else:
             final.parent.mkdir(parents=True, exist_ok=True)
-        # A dot-name that does not end in .parquet: no reader (ours, DuckDB or polars globs) ever lists it.
-        tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with tmp.open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            _give(tmp, self._owner)
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fd = os.open(final.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        atomic.write_atomic(final, data, before_replace=lambda tmp: _give(tmp, self._owner))
         prefix = rel.rpartition("/")[0]
         self._partition(prefix)[final.name] = final.stat().st_size
         if not self.same(rel, len(data), md5):
@@ -233,7 +217,7 @@ class S3Target:
     def __init__(self, url: str, endpoint_url: str | None = None) -> None:
         self.url = url
         self.fs = remote.filesystem(url, endpoint_url=endpoint_url)
-        self.base = remote.split(url)[1]
+        self.base = paths.split(url)[1]
         bucket, _, key_root = self.base.partition("/")
         self._bucket, self._keys = bucket, f"{key_root}/" if key_root else ""
         self._listed: dict[str, dict[str, tuple[int, str]]] = {}  # partition -> rel -> (size, etag)
@@ -332,16 +316,8 @@ def _md5_file(path: Path) -> str:
 
 
 def make_target(to: Path | str, *, endpoint_url: str | None = None) -> Target:
-    url = remote.as_url(to)
-    if url:
-        return S3Target(url, endpoint_url)
-    text = str(to)
-    if text[:3].lower() == "s3:":  # `s3:bucket` is a mistyped URL, never a local folder to create
-        raise GpuauditError(f"--to {text!r}: an S3 target is written s3://bucket/prefix")
-    try:
-        return DirTarget(Path(to))
-    except RuntimeError:  # `~nouser/x`: DirTarget expands `~`, and there is no such user
-        raise GpuauditError(f"bad --to {text!r}: cannot expand '~' (no such user or home directory)") from None
+    where = paths.collection_target(to, "--to")
+    return S3Target(where, endpoint_url) if paths.as_url(where) else DirTarget(Path(where))
 
 
 # --------------------------------------------------------------------------------------------- manifest
@@ -389,19 +365,13 @@ class Manifest:
         for rel in [r for r in self.entries if r not in live]:
             del self.entries[rel]
         if self.lines > 2 * len(self.entries) + 100:
-            tmp = self.path.with_suffix(".tmp")
-            with tmp.open("w", encoding="utf-8") as f:
-                for entry in self.entries.values():
-                    f.write(json.dumps(entry, separators=(",", ":")) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            _give(tmp, self.owner)
-            os.replace(tmp, self.path)
+            text = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in self.entries.values())
+            atomic.write_atomic(self.path, text, before_replace=lambda tmp: _give(tmp, self.owner))
             self.lines = len(self.entries)
 
 
 def state_dir(root: Path, target: Target) -> Path:
-    key = target.url if remote.as_url(target.url) else str(Path(target.url).resolve())
+    key = target.url if paths.as_url(target.url) else str(Path(target.url).resolve())
     return root / STATE_DIR / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 

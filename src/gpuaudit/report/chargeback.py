@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.report.safetext import json_text
+from gpuaudit.util.jsonio import json_text, plain
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult, Table
@@ -52,9 +52,7 @@ def table_csv(table: Table) -> str:
 
 
 def table_json(table: Table, extra: dict[str, Any]) -> str:
-    from gpuaudit.analysis.result import _plain
-
-    return json_text({**extra, **_plain(table)}, indent=2) + "\n"
+    return json_text({**extra, **plain(table, rich=True)}, indent=2) + "\n"
 
 
 def chargeback_files(result: AnalysisResult, out: Path, by: Iterable[str]) -> list[tuple[Path, str]]:

@@ -13,7 +13,7 @@ from gpuaudit.report.model import Report
 
 if TYPE_CHECKING:
     import jinja2
-from gpuaudit.report.safetext import visible
+from gpuaudit.util.textsafe import visible
 
 HTML_TEMPLATE = "report.html.j2"
 MD_TEMPLATE = "report.md.j2"

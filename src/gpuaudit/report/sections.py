@@ -111,7 +111,7 @@ def _explained(f: KeyFigure, words: str) -> KeyFigure:
 
 def _cell(value: Any, unit: str) -> str:
     if value is None:
-        return "—"
+        return fmt.MISSING["cell"]
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int | float):
@@ -651,7 +651,8 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     parts = sorted({k for s in c.scenarios for k in s.components})
     comp = ReportTable(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
-        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else "—" for p in parts])
+        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else fmt.MISSING["cell"]
+                                    for p in parts])
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
@@ -774,7 +775,7 @@ def _method(r: AnalysisResult) -> Section:
             ("days with data", f"{t.observed_days:,} of {t.days:.1f}"),
             ("GPUs / GPU equivalents / hosts", f"{t.gpus:,} / {t.gpu_equivalents:,.2f} / {t.hosts:,}"),
             ("samples", f"{t.samples:,}"),
-            ("measurement sources", ", ".join(t.sources) or "—"),
+            ("measurement sources", ", ".join(t.sources) or fmt.MISSING["cell"]),
             ("GPUs that stopped reporting", ", ".join(q.stopped_reporting) or "none"),
             ("confidence method", f"{c.method}: {c.resamples:,} resamples, seed {c.seed}"),
             ("dataset schema version", str(r.dataset_schema_version)),

@@ -1,22 +1,21 @@
 """Write a report to a directory: report.html (self-contained), report.md + charts/*.svg, report.json.
 
-Every file is first written in full to a temporary name in its directory (and fsynced); only when all of
-them are written are they renamed into place. A failure before that (a full disk, an I/O error) removes
+Every file is first written in full to a temporary name in its directory (and fsynced, util.atomic); only
+when all of them are written are they renamed into place. A failure before that (a full disk, an I/O error) removes
 the temporary files and leaves an earlier report in `out` as it was: never a half-written file, and never
 a new report.html next to an old report.md.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.report.safetext import json_text
+from gpuaudit.util import atomic
+from gpuaudit.util.jsonio import json_text
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult
@@ -52,34 +51,17 @@ def parse_formats(value: str | Iterable[str]) -> list[str]:
     return formats
 
 
-def _stage(path: Path, data: str | bytes) -> Path:
-    """`data` written and fsynced to a temporary file next to `path`; removed again if that fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    # O_EXCL under a random name, as mkstemp, but mode 0o666 & ~umask (mkstemp's 0600 would keep a report from
-    # the colleagues it is for, where the data files honour the umask).
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)
-
-
 def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterable[Path] = ()) -> None:
-    """Write all `files` or none: stage every one, then rename them into place (renames need no space); then
-    remove the `stale` files (an earlier report's other formats, which would contradict this one)."""
+    """Write all `files` or none: stage every one (written and synced, 0o666 less the umask as the data files:
+    a report is for colleagues), then rename them into place (renames need no space); then remove the `stale`
+    files (an earlier report's other formats, which would contradict this one)."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files:
-            staged.append((_stage(path, data), path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((atomic.stage(path, data), path))
         for tmp, path in staged:
-            os.replace(tmp, path)
+            atomic.replace(tmp, path)
         for path in stale:
             path.unlink(missing_ok=True)
     except OSError as e:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import polars as pl
 
-    from gpuaudit.sim.workload import LoadModel
+    from gpuaudit.sim.loadmodel import LoadModel
 
 SIDECAR = "simulation.json"
 MAX_GPUS = 65536
@@ -173,7 +173,8 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
     import numpy as np
     import polars as pl
 
-    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME, MIB
+    from gpuaudit.schema import MIB
+    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME
 
     n = len(gpu)
     ts_us = np.rint((model.start_epoch + t) * 1e6).astype(np.int64)
@@ -208,7 +209,8 @@ def process_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str,
     import numpy as np
     import polars as pl
 
-    from gpuaudit.sim.workload import MIB, process_mem_mib, process_sm_pct
+    from gpuaudit.schema import MIB
+    from gpuaudit.sim.loadmodel import process_mem_mib, process_sm_pct
 
     held = np.flatnonzero(v["n_processes"] > 0)
     counts = v["n_processes"][held].astype(np.int64)
@@ -251,7 +253,8 @@ _MODELS: dict[_ModelSpec, LoadModel] = {}  # per process: a worker builds the sc
 
 
 def _model(spec: _ModelSpec) -> LoadModel:
-    from gpuaudit.sim.workload import LoadModel, get_scenario
+    from gpuaudit.sim.loadmodel import LoadModel
+    from gpuaudit.sim.workload import get_scenario
 
     if spec not in _MODELS:
         _MODELS.clear()
@@ -362,7 +365,9 @@ def simulate(
     the dataset at `root`, plus `simulation.json` with the true R/W and S/W of what was written.
     `workers` > 1 writes chunks in parallel processes (default: one per CPU for large fleets)."""
     from gpuaudit import __version__, store
-    from gpuaudit.sim.workload import CLOUD_BELOW, ONPREM_ABOVE, LoadModel, decision_branch, default_start
+    from gpuaudit.analysis.config import load_config
+    from gpuaudit.sim.loadmodel import LoadModel
+    from gpuaudit.sim.workload import decision_branch, default_start
 
     t_begin = time.perf_counter()
     sc, n_gpus = validate(scenario, gpus, days, interval_s)
@@ -377,12 +382,14 @@ def simulate(
         raise GpuauditError(f"--data {root} is a file, not a directory")
     _prepare_root(root, force)
     model = LoadModel(sc, n_gpus, seed, start, days)
+    thresholds = load_config().decision  # the analyzer's defaults (the default preset)
     n_steps = math.floor(days * 86400 / interval_s + 1e-9)
     end = model.start + timedelta(seconds=(n_steps - 1) * interval_s)  # the last sample's ts
     meta: dict[str, Any] = {
         "scenario": sc.name, "title": sc.title, "seed": seed, "gpus": n_gpus, "hosts": model.hosts,
         "days": days, "interval_s": interval_s, "start": model.start.isoformat(), "end": end.isoformat(),
-        "documented": asdict(sc.truth), "thresholds": {"cloud_below": CLOUD_BELOW, "onprem_above": ONPREM_ABOVE},
+        "documented": asdict(sc.truth), "thresholds": {"cloud_below": thresholds.cloud_below,
+                                                              "on_prem_above": thresholds.on_prem_above},
         "generator": f"gpuaudit {__version__}", "schema_version": schema.SCHEMA_VERSION, "complete": False,
     }
     # Written first (complete: false) so an interrupted run is still recognisable as a simulation.
@@ -412,7 +419,7 @@ def simulate(
 
     runtime_util = held / rows if rows else 0.0
     real_util = sm_sum / 1000 / rows if rows else 0.0
-    branch = decision_branch(real_util)
+    branch = decision_branch(real_util, thresholds.cloud_below, thresholds.on_prem_above)
     allocated = _write_allocations(root, model, -interval_s, (n_steps - 1) * interval_s)
     meta.update(runtime_util=round(runtime_util, 6), real_util=round(real_util, 6), branch=branch,
                 rows=rows, process_rows=process_rows, allocations=allocated, complete=True)

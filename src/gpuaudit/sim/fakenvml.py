@@ -24,7 +24,9 @@ from typing import Any, NoReturn
 
 import pynvml as _real
 
-from gpuaudit.sim.workload import GpuLoad, ProcessLoad
+from gpuaudit.agent.nvml import GPM_METRICS
+from gpuaudit.schema import MIB
+from gpuaudit.sim.loadmodel import GpuLoad, ProcessLoad
 
 # Constants, exception classes and structs are the real ones.
 for _name in dir(_real):
@@ -32,7 +34,6 @@ for _name in dir(_real):
         globals()[_name] = getattr(_real, _name)
 NVMLError = _real.NVMLError
 
-MIB = 1024 * 1024
 
 
 # The simulated GPU state is the load model's own type (one definition for both).
@@ -134,14 +135,9 @@ class _Handle:
         return f"<fake nvml handle gpu={self.index} mig={self.gi_id}>"
 
 
-_GPM_FIELDS = {
-    "NVML_GPM_METRIC_SM_UTIL": "sm_active",
-    "NVML_GPM_METRIC_SM_OCCUPANCY": "sm_occupancy",
-    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": "tensor_active",
-    "NVML_GPM_METRIC_DRAM_BW_UTIL": "dram_active",
-}
-_GPM_BY_ID = {getattr(_real, k): v for k, v in _GPM_FIELDS.items()}
-_INTEGRATED = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+# The agent's map (stored name -> pynvml constant), inverted: a metric id a request names -> what it measures.
+_GPM_BY_ID = {getattr(_real, const): name for name, const in GPM_METRICS.items()}
+_INTEGRATED = tuple(GPM_METRICS)
 
 
 class _Unit:

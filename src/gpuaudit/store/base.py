@@ -23,6 +23,7 @@ import duckdb
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import remote
+from gpuaudit.util import paths
 
 if TYPE_CHECKING:
     pass
@@ -42,29 +43,9 @@ def data_root(path: Path | str | None = None) -> Path:
     given = path or os.environ.get("GPUAUDIT_DATA")
     if not given:
         return Path(DEFAULT_DATA)
-    try:
-        root = Path(given).expanduser()
-    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
-        raise GpuauditError(f"bad --data {str(given)!r}: cannot expand '~' (no such user or home directory)"
-                            ) from None
-    check_name_lengths(root, "--data")
+    root = paths.expand_user(given, "--data")
+    paths.check_name_lengths(root, "--data")
     return root
-
-
-NAME_MAX = 255  # bytes in one path component on Linux filesystems (ext4, xfs, btrfs, tmpfs)
-
-
-def check_name_lengths(path: Path | str, option: str) -> None:
-    """Refuse a path with a component longer than a file name may be, in one line: every command would
-    otherwise fail on its first stat() with `OSError: [Errno 36] File name too long` (and a URL's key is
-    checked by its store, not here)."""
-    if remote.as_url(path):
-        return
-    for part in Path(path).parts:
-        size = len(os.fsencode(part))
-        if size > NAME_MAX:
-            raise GpuauditError(f"{option}: a path component is too long ({size} bytes, at most {NAME_MAX}): "
-                                f"{part[:40]}...")
 
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -90,7 +71,7 @@ def partition_dir(root: Path, table: str, host: str, date: str) -> Path:
 def local_root(root: Path | str) -> Path:
     """`root` as a local directory for writing. A URL is refused: a writer must never create a local folder
     named `s3:` (Path("s3://b/p") is the relative path s3:/b/p)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     if url:
         raise GpuauditError(f"{url} is object storage: this command writes a local dataset; write it locally and "
                             f"ship it with `gpuaudit push --to {url}` (or `gpuaudit agent run --upload {url}`)")
@@ -99,7 +80,7 @@ def local_root(root: Path | str) -> Path:
 
 def dataset_exists(root: Path | str) -> bool:
     """Whether `root` (a directory or an s3:// URL) exists; an empty one reads as an empty dataset."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     return remote.exists(url) if url else Path(root).exists()
 
 

@@ -21,6 +21,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, readers, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
+from gpuaudit.util import paths
 from gpuaudit.util.interrupt import run_stoppable
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def table_files(root: Path | str, table: str, excluded: Excluded | None = None
     a 90-day fleet has thousands of them. An s3:// root is listed by gpuaudit.store.remote (files as URLs).
     Left out and named in `excluded` (else logged): directories and files outside the layout, symlinks out of
     the data root (never followed), and exact copies of another file of the partition (counted once)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     if url:
         return remote.table_files(url, table)  # type: ignore[return-value]
     base = Path(root) / table
@@ -231,7 +232,7 @@ class Dataset:
 
     def _list(self) -> None:
         """Take the snapshot: every table's files, listed under the publish lock (readers.listing)."""
-        url = remote.as_url(self.root)
+        url = paths.as_url(self.root)
         excluded: Excluded = []
         with contextlib.nullcontext() if url else readers.listing(Path(self.root)):
             listed = {table: table_files(self.root, table, excluded) for table in schema.TABLES}
@@ -245,7 +246,7 @@ class Dataset:
     def _vanished(self) -> list[Any]:
         """Files of the snapshot that are gone now: compacted away, replaced by an import, pruned by a push
         (readers.py), never damage. Local: a stat each; s3://: one listing per table."""
-        url = remote.as_url(self.root)
+        url = paths.as_url(self.root)
         if url:
             gone: list[Any] = []
             for table, files in self.files.items():
@@ -277,7 +278,7 @@ class Dataset:
         if self.must_lock:  # even when the last attempt failed half-way, before it could lock the new connection
             self.con.close()
             self.con = connect(self.threads)
-            url = remote.as_url(self.root)
+            url = paths.as_url(self.root)
             if url:
                 remote.register(self.con, url)
             self.locked = False
@@ -399,7 +400,7 @@ class Dataset:
         """CREATE VIEW statements any DuckDB client can run to see the same dataset: glob patterns under the
         absolute root (not a list of today's files), so they stay valid after a compaction and see new files.
         A table without any file yet gets the empty typed view (DuckDB refuses a pattern that matches nothing)."""
-        base = remote.as_url(self.root) or str(Path(self.root).resolve())
+        base = paths.as_url(self.root) or str(Path(self.root).resolve())
         out = ["SET TimeZone = 'UTC';"]
         for table, view in schema.VIEW_NAMES.items():
             pattern: Sequence[Path] | str = f"{base}/{table}/host=*/date=*/*.parquet" if self.files[table] else []
@@ -507,7 +508,7 @@ def open_dataset(root: Path | str, *, threads: int | None = None, strict: bool =
     analyzer's de-duplicated streams; the store knows nothing of the analysis). `settings`: DuckDB settings set
     before the lock-down, which then keeps a query from changing them (`gpuaudit sql`'s memory limit and
     private spill directory)."""
-    url = remote.as_url(root)
+    url = paths.as_url(root)
     ds = Dataset(root=url or Path(root), con=connect(threads), now=now or datetime.now(UTC),  # type: ignore[arg-type]
                  threads=threads, extra_views=list(views))
     if url:  # DuckDB reads the objects through the same fsspec filesystem (no httpfs extension needed)

@@ -14,40 +14,19 @@ Every filesystem is created by `filesystem()`: s3fs is imported only here, only 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.util import jsonio
+from gpuaudit.util.paths import split
 
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMES = ("s3",)
-# "s3://b/p" as typed, or "s3:/b/p" once it went through pathlib (Path collapses the double slash; the CLI's
-# --data option is a Path). A scheme has two letters or more, so a Windows drive never matches.
-_URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$")
 # botocore's own timeouts are 60 s to connect and 60 s to read, retried: far too long for an agent's uploader
 # to notice an unreachable endpoint. gpuaudit retries on top of this (push.py), with its own backoff.
 _CONFIG = {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2, "mode": "standard"}}
 _S3FS_RETRIES = 2  # s3fs' retry loop around each call (its default is 5)
-
-
-def as_url(value: Path | str | None) -> str | None:
-    """The normalized URL ("s3://bucket/prefix") when `value` names object storage, else None (a local path).
-    An unsupported scheme is an error rather than a local directory named after it."""
-    if value is None:
-        return None
-    m = _URL_RE.match(str(value))
-    if not m:
-        return None
-    scheme, rest = m.group(1).lower(), m.group(2).strip("/")
-    if scheme not in SCHEMES:
-        raise GpuauditError(f"unsupported URL {value}: give a local directory or s3://bucket/prefix")
-    if not rest:
-        raise GpuauditError(f"{value}: an S3 URL needs a bucket: s3://bucket/prefix")
-    return f"{scheme}://{rest}"
 
 
 def endpoint_from_env() -> str | None:
@@ -68,12 +47,6 @@ def filesystem(url: str, *, endpoint_url: str | None = None, cache_listings: boo
     )
     fs.retries = _S3FS_RETRIES
     return fs
-
-
-def split(url: str) -> tuple[str, str]:
-    """("s3", "bucket/prefix") of a normalized URL."""
-    scheme, _, path = url.partition("://")
-    return scheme, path
 
 
 def describe_error(e: BaseException) -> str:

@@ -8,7 +8,6 @@ import json
 import math
 import os
 import re
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,7 +16,8 @@ import duckdb
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import Dataset
-from gpuaudit.util import jsonio
+from gpuaudit.util import atomic, jsonio, paths
+from gpuaudit.util.jsonio import plain
 from gpuaudit.util.textsafe import printable
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -290,18 +290,9 @@ def _json_default(value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """A value JSON can carry: NaN and infinities become null (JSON has neither), a MAP's (key, value) pairs
-    an object."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        if value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
-            return {(k if isinstance(k, str) else json.dumps(_plain(k), default=_json_default)): _plain(v)
-                    for k, v in value}
-        return [_plain(v) for v in value]
-    return value
+    """A value JSON can carry (util.jsonio.plain): NaN and infinities become null (JSON has neither), a MAP's
+    (key, value) pairs an object."""
+    return plain(value, maps=True, default=_json_default)
 
 
 def unique_names(names: Sequence[str]) -> list[str]:
@@ -363,23 +354,9 @@ def format_csv(table: Any, *, escape: bool = False) -> str:
     return "\n".join(printable(line) for line in text.split("\n")) if escape else text
 
 
-# A URL as typed ("s3://b/k") or after pathlib collapsed its "//" ("s3:/b/k"); two letters or more, as cli/_common.
-_URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
-
-
 def out_path(out: Path | str) -> Path:
-    """--out as a local path, as cli/_common.local_path treats other commands' --out: a URL (or `s3:bucket`) is
-    refused, never written as a local folder named `s3:`; `~` or `~user` is expanded (an unknown user is an
-    error, not a folder named `~user`)."""
-    text = str(out)
-    m = _URL_RE.match(text)
-    if m or text[:3].lower() == "s3:":
-        shown = f"{m.group(1)}://{m.group(2)}" if m else text
-        raise GpuauditError(f"--out {shown!r} looks like a URL: --out takes a local file (write it, then copy it)")
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:  # `~nouser/x`: no such user, no home directory to expand
-        raise GpuauditError(f"bad --out {text!r}: cannot expand '~' (no such user or home directory)") from None
+    """--out as a local path, as every other command's --out (util.paths.local_path)."""
+    return paths.local_path(out, "--out", "a local file (write it, then copy it)")
 
 
 def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
@@ -422,24 +399,11 @@ def write_file(out: Path, write: Callable[[BinaryIO], Any]) -> None:
     """Have `write(file)` produce `out` whole or not at all: into a temporary file beside `out`, renamed over it
     once complete and synced, so a full disk or a kill never leaves a partial file nor clobbers the previous
     one. A device or a pipe (/dev/stdout) is written in place. Any failure is one GpuauditError line."""
-    tmp: Path | None = None
     try:
         if out.exists() and not out.is_file() and not out.is_dir():
             with open(out, "wb") as f:
                 write(f)
             return
-        target = Path(os.path.realpath(out))
-        tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.tmp"
-        # O_EXCL: never through someone's symlink; 0o666 & ~umask, as any new file.
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        tmp = None
+        atomic.write_atomic(Path(os.path.realpath(out)), write)  # a symlink's target is replaced, not the link
     except OSError as e:
         raise GpuauditError(f"cannot write {out}: {e.strerror or e}") from e
-    finally:
-        if tmp is not None:  # never created when its directory is not one (ENOTDIR): nothing to remove
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)

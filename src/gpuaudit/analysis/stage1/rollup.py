@@ -21,8 +21,6 @@ import polars as pl
 from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
 from gpuaudit.util.resources import load_sql
 
-# The demand series' bucket in sql/analysis_demand.sql.
-DEMAND_BUCKET_S = 300.0
 QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
 DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
 _HAS_DUPLICATES = f"SELECT count(*) AS n FROM {STREAMS_TABLE} WHERE pick > 1 OR overlap > 1"

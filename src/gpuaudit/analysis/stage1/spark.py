@@ -26,7 +26,8 @@ import polars as pl
 from gpuaudit import schema, store
 from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
 from gpuaudit.errors import GpuauditError
-from gpuaudit.store import conformance, readers, remote
+from gpuaudit.store import conformance, readers
+from gpuaudit.util import paths
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
@@ -230,7 +231,7 @@ class SparkEngine:
 
 def load_rollups(root: Path | str) -> Rollups:
     """Stage 1 of the dataset at `root` on Spark: the same Rollups load_rollups gives with DuckDB."""
-    if remote.as_url(root):
+    if paths.as_url(root):
         # Spark would read the objects itself, through the hadoop-aws connector (s3a://) and the cluster's own
         # credentials; gpuaudit does not set that up.
         raise GpuauditError(f"--engine spark reads a dataset on a local or shared filesystem, not {root} (Spark "

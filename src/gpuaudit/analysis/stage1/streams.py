@@ -3,6 +3,7 @@ analyzer materializes it (rollup.py) and `gpuaudit sql` shows it as lazy views (
 
 from __future__ import annotations
 
+from gpuaudit.analysis.stage1.slots import FINE_SLOT_S, HOUR_S, slot_start_sql
 from gpuaudit.util.resources import load_sql
 
 STREAMS_TABLE = "gpu_streams"
@@ -10,11 +11,10 @@ STREAMS_SQL = "analysis_streams"
 # Where streams cover GPU-hours only in part, those hours are de-duplicated again with one-minute slots:
 # (relation, SQL) in the order they are built; the last one is `gpu_streams`.
 HOURLY, REFINE, FINE = "gpu_streams_hourly", "refine_hours", "gpu_streams_fine"
-FINE_SLOT_S = 60
 
 # The lines of sql/analysis_streams.sql the one-minute pass changes (each marked there).
-_SLOT = "floor((epoch(ts) - 0.001) / 3600) * 3600 AS slot_s,  -- slot"
-_SLOT_LEN = "3600 AS slot_len_s,  -- slot"
+_SLOT = f"{slot_start_sql('ts', HOUR_S)} AS slot_s,  -- slot"
+_SLOT_LEN = f"{HOUR_S} AS slot_len_s,  -- slot"
 _ROWS = "FROM samples  -- rows"
 
 
@@ -26,11 +26,11 @@ def streams_sql(fine: bool = False) -> str:
         return sql
     s = FINE_SLOT_S
     edits = {
-        _SLOT: f"floor((epoch(ts) - 0.001) / {s}) * {s} AS slot_s,",
+        _SLOT: f"{slot_start_sql('ts', s)} AS slot_s,",
         _SLOT_LEN: f"{s} AS slot_len_s,",
         _ROWS: (f"FROM (SELECT s.* FROM samples AS s JOIN {REFINE} AS f ON s.gpu_uuid = f.gpu_uuid "
                 "AND coalesce(s.mig_instance, -1) = f.mig_instance "
-                "AND floor((epoch(s.ts) - 0.001) / 3600) * 3600 = f.hour_s) AS samples"),
+                f"AND {slot_start_sql('s.ts', HOUR_S)} = f.hour_s) AS samples"),
     }
     for old, new in edits.items():
         if sql.count(old) != 1:  # the marked lines moved: fail loudly rather than de-duplicate wrongly

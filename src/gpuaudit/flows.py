@@ -1,5 +1,6 @@
-"""The two end-to-end flows behind the CLI: analyze a dataset and write its report; and the demo
-(simulate a trial, then the same). Printing goes to the terminal; the work is in the modules it calls."""
+"""The end-to-end flows behind `gpuaudit analyze`, `report` and `demo`, the one place each is written: check
+the dataset is there, read the settings, analyze (gpuaudit.analysis), then print or write the report
+(gpuaudit.report). The commands in cli/ only parse their options and call these."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import GpuauditError, NoDataError
+
+if TYPE_CHECKING:
+    from gpuaudit.analysis.result import AnalysisResult
 
 DEMO_DATA = "data"  # the demo's dataset lives inside its output directory
 
@@ -18,21 +22,42 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def analyze(root: Path | str, config: Path | None = None, preset: str | None = None,
-            progress: Callable[[str], None] | None = None, **inputs: Any) -> Any:
-    """Run the analyzer on the dataset at `root` with the config file / preset and the decision inputs
-    (`latency_sensitive`, `data_residency`, `egress_gb_per_week`, `current`) of `gpuaudit analyze`."""
-    from gpuaudit.analysis.config import load_config
-    from gpuaudit.analysis.pipeline import analyze as run
+def require_dataset(root: Path | str) -> None:
+    """Refuse a dataset root that does not exist (a directory, or an s3:// URL) with the one message."""
     from gpuaudit.store import dataset_exists
 
-    if not dataset_exists(root):  # a directory, or an s3:// URL
-        raise NoDataError(f"no dataset at {root}: record one with `gpuaudit agent run`, import one with "
-                          f"`gpuaudit import prometheus`, or try `gpuaudit demo`")
+    if not dataset_exists(root):
+        raise NoDataError(f"no dataset at {root}: use --data DIR or set GPUAUDIT_DATA; record one with "
+                          "`gpuaudit agent run`, import one with `gpuaudit import prometheus`, or try `gpuaudit demo`")
+
+
+def analyze(root: Path | str, config: Path | None = None, preset: str | None = None,
+            progress: Callable[[str], None] | None = None, **inputs: Any) -> AnalysisResult:
+    """Run the analyzer on the dataset at `root` with the config file / preset and the decision inputs
+    (`latency_sensitive`, `data_residency`, `egress_gb_per_week`, `current`, `fleet_gpus`, `engine`)."""
+    from gpuaudit.analysis.config import load_config
+    from gpuaudit.analysis.pipeline import analyze as run
+
+    require_dataset(root)
     cfg = load_config(config, preset)  # a bad config fails before the long part
     if progress:
         progress("analyzing the dataset")
     return run(root, cfg, **inputs)
+
+
+def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | None = None,
+                   preset: str | None = None, **inputs: Any) -> None:
+    """`gpuaudit analyze`: the result as text on stdout, or (`as_json`) the whole result as JSON."""
+    from gpuaudit.analysis.text import summary
+    from gpuaudit.util.jsonio import json_text
+
+    result = analyze(root, config, preset, **inputs)
+    if as_json:
+        # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal.
+        print(json_text(result.to_dict(), indent=2))
+    else:
+        sys.stdout.write(summary(result))
+        sys.stdout.flush()
 
 
 def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
@@ -85,4 +110,3 @@ def run_demo(out: Path, *, scenario: str = "mixed", gpus: int = 64, days: float 
         _say(f"Open the report: {html.resolve()}")
     _say(f"Query the simulated data: gpuaudit sql --data {data} \"SELECT count(*) FROM samples\"")
     return written
-

@@ -1,0 +1,235 @@
+"""Stage 2's last step: the computed pieces (measurement, cost block, decision, sensitivity, confidence) turned
+into the one AnalysisResult the report and `analyze --json` read: the cost, break-even and hybrid figures with
+their formulas and sources, the warnings, and the assumptions list. No computation of its own beyond shaping."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import numpy as np
+
+from gpuaudit import schema
+from gpuaudit.analysis import chargeback as cb
+from gpuaudit.analysis import utilization as ut
+from gpuaudit.analysis.config import Config, preset_comments, unit_of
+from gpuaudit.analysis.result import (
+    HOURS_PER_YEAR,
+    RESULT_VERSION,
+    AnalysisResult,
+    Assumption,
+    Breakdowns,
+    BreakEven,
+    Confidence,
+    Consolidation,
+    Costs,
+    DataQuality,
+    Decision,
+    Deployment,
+    Figure,
+    HybridCurveColumns,
+    HybridSizing,
+    Ledger,
+    Sensitivity,
+    Table,
+    TableColumn,
+    Trial,
+    Utilization,
+)
+from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve
+from gpuaudit.analysis.stage1.rollup import Rollups
+
+
+def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, t: ut.Totals, trial: Trial,
+             utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
+             decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
+             confidence: Confidence, consolidation: Consolidation, ledger: Ledger,
+             latency_sensitive: bool, data_residency: bool,
+             egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
+    """The AnalysisResult of one analysis."""
+    tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
+    costs_ = _costs(cfg, block, measured, tr.days)
+    charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
+                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), cb.unheld_real_s(roll.gpu_hours))
+    be = _break_even(block, t, use.real_is_upper_bound)
+    hybrid = _hybrid(block, bucket_s)
+    warnings = list(dq.warnings)
+    fl = block.fleet
+    if fl.existing > fl.gpus:
+        warnings.append(f"on_prem.owned_gpus ({fl.existing:,}) is more than the fleet's {fl.gpus:,} GPUs: set "
+                        f"--fleet-gpus if some had no agent; owning the fleet keeps {fl.gpus:,} and sells the rest")
+    if not decision.agrees_with_costs:
+        if decision.determined:
+            warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
+                            f"{block.cheapest} ({decision.cost_branch})")
+        else:
+            warnings.append("real utilization is only bounded: the decision tree could say "
+                            + " or ".join(decision.possible_branches))
+    return AnalysisResult(
+        result_version=RESULT_VERSION,
+        dataset_schema_version=schema.SCHEMA_VERSION,
+        generated_at=now or dt.datetime.now(dt.UTC),
+        data_root=root,
+        trial=tr,
+        utilization=use,
+        breakdowns=bd,
+        data_quality=dq,
+        decision=decision,
+        costs=costs_,
+        break_even=be,
+        hybrid=hybrid,
+        sensitivity=sens,
+        confidence=conf,
+        assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
+                                fleet_gpus),
+        warnings=tuple(warnings),
+        consolidation=consolidation,
+        ledger=ledger,
+        chargeback=charge,
+    )
+
+
+def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
+    p = block.prices
+    c = cfg.cloud
+    tl = block.timeline
+    fl = block.fleet
+    steady_rep = m.reporting - (m.elastic_reporting if fl.elastic > 0 and m.elastic_reporting is not None else 0.0)
+    ok = steady_rep > 1e-9
+    scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
+    # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
+    phantom = max(m.r - m.s, 0.0) * p.flexible
+    phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"
+    return Costs(
+        horizon_months=cfg.analysis.horizon_months,
+        cloud_usd_per_gpu_hour=Figure(p.list, "USD/GPU-h", "cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance",
+                                      "config", f"On demand: ${c.instance_usd_per_hour:g}/h ÷ {c.gpus_per_instance} "
+                                      "GPUs."),
+        cloud_effective_usd_per_gpu_hour=Figure(
+            p.blended, "USD/GPU-h",
+            "reserved_share × reserved + (1 − reserved_share) × flexible", "config",
+            "What a GPU-hour of perfectly steady demand costs with the configured mix (real demand pays more: "
+            "reservations idle, or more flexible hours)."),
+        owned_usd_per_gpu_hour=Figure(
+            block.owned_marginal, "USD/GPU-h",
+            "(PV of owning one node of GPUs − fixed costs) ÷ GPUs per node ÷ (730 h × PV of $1 a month over the "
+            "horizon)", "config + measured power",
+            "What one more new owned GPU costs per hour, levelized (the constant $/h with the same present value, "
+            "comparable with a cloud list price): hardware net of resale, power, maintenance, its share of per-node "
+            "staff and space (base staff and the fixed network excluded)."),
+        power_w_per_gpu=Figure(block.watts, "W", "average Σ energy_j ÷ Σ seconds" if block.power_source == "measured"
+                               else "on_prem.fallback_watts_per_gpu",
+                               "gpu_samples" if block.power_source == "measured" else "config",
+                               "Board power per GPU used for on-prem power cost."),
+        power_source=block.power_source,
+        scale=scale,
+        scenarios=block.scenarios,
+        cheapest=block.cheapest,
+        preset=cfg.preset,
+        discount_rate_per_year=tl.rate,
+        annuity_months=tl.annuity,
+        fleet_gpus=block.fleet.gpus,
+        fleet_capacity=block.fleet.capacity,
+        owned_gpus=block.fleet.existing,
+        pack_factor=block.pack_factor,
+        reserved_gpus=block.plan.reserved_gpus,
+        cloud_reserved_usd_per_gpu_hour=Figure(p.reserved, "USD/GPU-h", "list × cloud.reserved_multiplier", "config",
+                                               "A reserved GPU-hour, paid every hour of the term."),
+        cloud_flexible_usd_per_gpu_hour=Figure(
+            p.flexible, "USD/GPU-h",
+            "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
+            "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
+            "A GPU-hour above the reservation, bought as it comes."),
+        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud flexible price", phantom_src,
+                           "What the held GPU time that did no work would cost in the cloud, over the trial."),
+        phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
+                                    f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
+                                    "The same, per year at the trial's rate."),
+    )
+
+
+def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
+    b = block.break_even
+    u = b.held
+    never = u is not None and u > 1.0
+    finite = u if u is None or math.isfinite(u) else None
+    efficiency = t.s / t.r if t.r > 0 else None
+    real = finite * efficiency if finite is not None and efficiency is not None and not never else None
+    held = Figure(
+        finite, "fraction",
+        "u* = measured held-hour utilization × (owning the fleet − renting's fixed part) ÷ renting's compute bill "
+        "(renting k × today's held demand costs fixed + k × compute)",
+        f"cost model × fleet-scaled demand; owning: {b.own_reference}",
+        "Share of the fleet's hours held by jobs at which renting costs the same as owning: the cloud bills held "
+        "hours, so this is what to compare with the measured held-hour utilization.")
+    return BreakEven(
+        real_utilization=held, never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization,
+        verdict=b.verdict, held_utilization=held,
+        real_equivalent=Figure(real, "fraction", "break-even held-hour utilization × S / R", "cost model + trial",
+                               "The real utilization the break-even corresponds to at today's efficiency while held.",
+                               upper_bound=upper),
+        measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
+        rent_fixed_usd=b.rent_fixed_usd, rent_variable_usd=b.rent_variable_usd,
+        curve=break_even_curve(b, block.fleet.gpus, block.timeline.months),
+    )
+
+
+def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
+    sz = block.sizing
+    series = block.held
+    fractile = 1.0 / sz.u if sz.u > 0 and math.isfinite(sz.u) else 0.0
+    k = HybridCurveColumns
+    rows = tuple(
+        {k.N: int(n), k.OWNED_USD: float(o), k.CLOUD_USD: float(c), k.TOTAL_USD: float(o + c),
+         k.CLOUD_GPU_HOURS: float(h)}
+        for n, o, c, h in zip(sz.candidates, sz.owned_usd, sz.cloud_usd, sz.overflow_gpu_hours, strict=True)
+    )
+    curve = Table(
+        "hybrid_curve", "Present value over the horizon by owned GPU count N (N = 0: all cloud).",
+        (TableColumn(k.N, "GPUs", "GPUs owned"), TableColumn(k.OWNED_USD, "USD", "owned cost(N)"),
+         TableColumn(k.CLOUD_USD, "USD", "cloud cost of demand above N"), TableColumn(k.TOTAL_USD, "USD", "sum"),
+         TableColumn(k.CLOUD_GPU_HOURS, "GPU-h", "horizon GPU-hours rented")),
+        rows, "fleet-scaled demand series × cost model",
+    )
+    basis = "held"  # what the cloud bills: every plan is priced on it
+    src = f"fleet demand series ({basis}), {bucket_s:g} s buckets, scaled to the fleet"
+    return HybridSizing(
+        n_star=sz.n_star, critical_fractile_n=sz.critical_fractile_n,
+        cost_ratio_u=Figure(sz.u, "", "cloud flexible $/GPU-h ÷ owned marginal $/GPU-h", "cost model",
+                            "How many times dearer a flexible cloud GPU-hour is than a new owned one."),
+        fractile=Figure(fractile, "fraction", "1 / U", "cost model",
+                        "Own a GPU when demand needs it at least this share of the time (fixed costs left out)."),
+        agrees=sz.agrees,
+        peak_demand=Figure(float(series.max()) if series.size else 0.0, "GPUs", "max over buckets", src,
+                           "Peak fleet demand."),
+        mean_demand=Figure(float(series.mean()) if series.size else 0.0, "GPUs", "mean over buckets", src,
+                           "Average fleet demand."),
+        demand_basis=basis, bucket_s=bucket_s, curve=curve, n_owning=sz.n_owning, tolerance=sz.tolerance,
+        fixed_cost_usd=sz.fixed_usd,
+        hurdle_gpus=Figure(sz.hurdle_gpus, "GPUs", "fixed costs of owning ÷ ((flexible cloud − owned marginal) "
+                           "$/GPU-h × 730 h × PV of $1 a month over the horizon)", "cost model",
+                           "Owning pays only above about this many GPUs busy around the clock (None: never)."),
+    )
+
+
+def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | None, current: Deployment,
+                fleet_gpus: int | None = None) -> tuple[Assumption, ...]:
+    comments = {**preset_comments("default"), **(preset_comments(cfg.preset) if cfg.preset != "default" else {})}
+    out = []
+    for section in ("decision", "cloud", "on_prem", "analysis"):
+        values = getattr(cfg, section)
+        for key, value in vars(values).items():
+            dotted = f"{section}.{key}"
+            origin = cfg.sources.get(dotted, "default")
+            source = comments.get(dotted, "") if origin in ("default", cfg.preset) else f"set in {origin}"
+            if dotted == "cloud.egress_gb_per_week" and egress is not None:
+                source = "--egress-gb-per-week"
+            if dotted == "analysis.fleet_gpus" and fleet_gpus is not None:
+                source = "--fleet-gpus"
+            out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, unit_of(key), source))
+    out += [
+        Assumption("input.latency_sensitive", latency, "", "--latency-sensitive"),
+        Assumption("input.data_residency", residency, "", "--data-residency"),
+        Assumption("input.current", current.value, "", "--current"),
+    ]
+    return tuple(out)

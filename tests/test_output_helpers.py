@@ -1,0 +1,104 @@
+"""One text-safety module (util/textsafe), one JSON module (util/jsonio: one escaper, one `plain` walker), one
+formatting vocabulary (util/fmt: MISSING, how each output spells a value that is not there), one logging setup
+(util/logsetup). They once disagreed across five modules ("—" vs "n/a", two escapers, three walkers)."""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import enum
+import logging
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from tests.helpers import REPO
+
+from gpuaudit.analysis import text
+from gpuaudit.report import sections
+from gpuaudit.util import fmt, jsonio, logsetup
+
+SRC = REPO / "src" / "gpuaudit"
+
+
+def _defined(name: str) -> list[str]:
+    """Modules that define a function `name`."""
+    return sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                  if any(isinstance(n, ast.FunctionDef) and n.name == name for n in ast.walk(ast.parse(p.read_text()))))
+
+
+def _calling(attr: str) -> list[str]:
+    return sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                  if any(isinstance(n, ast.Attribute) and n.attr == attr for n in ast.walk(ast.parse(p.read_text()))))
+
+
+def test_each_helper_has_one_home() -> None:
+    assert _defined("printable") == _defined("visible") == ["util/textsafe.py"]
+    assert _defined("json_escaped") == _defined("json_text") == _defined("plain") == ["util/jsonio.py"]
+    assert _calling("addHandler") == ["util/logsetup.py"] and _calling("basicConfig") == []
+
+
+def test_missing_values_are_spelled_from_one_table() -> None:
+    assert fmt.pct(None) == fmt.money(float("nan")) == fmt.unit_value(None, "USD") == fmt.MISSING["figure"]
+    assert sections._cell(None, "") == fmt.MISSING["cell"]
+    assert text._pct(None) == text._usd(None) == fmt.MISSING["summary"]
+    golden = (REPO / "tests" / "golden" / "report_fixed.md").read_text()
+    assert f"| {fmt.MISSING['cell']} |" in golden and fmt.MISSING["figure"] not in golden
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+@dataclass(frozen=True)
+class _Row:
+    b: float
+    a: object
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = ("a", "b")
+
+
+def test_plain_walks_results_and_query_values_alike() -> None:
+    naive = dt.datetime(2026, 1, 2, 3, 4, 5)
+    doc = {"x": (1.5, math.nan, np.float32(2.0), np.int64(3)), 4: _Row(math.inf, [_Color.RED, naive])}
+    assert jsonio.plain(doc, rich=True) == {"x": [1.5, None, 2.0, 3], "4": {"a": ["red", "2026-01-02T03:04:05Z"],
+                                                                           "b": None}}
+    assert list(jsonio.plain(doc, rich=True)["4"]) == ["a", "b"]  # the class's order, not the fields'
+    # A DuckDB MAP arrives as (key, value) pairs: an object, a non-string key JSON-encoded.
+    assert jsonio.plain([(1, math.nan), (2, 0.5)], maps=True) == {"1": None, "2": 0.5}
+    assert jsonio.plain([(1, 2), (3, 4)]) == [[1, 2], [3, 4]]
+    assert jsonio.plain(naive) is naive  # only a result document turns datetimes into text
+
+
+def test_json_text_escapes_unsafe_characters_only() -> None:
+    out = jsonio.json_text({"host": "n\u202e1", "name": "é — 日本", "v": math.nan})
+    assert out == '{"host": "n\\u202e1", "name": "é — 日本", "v": null}'
+    assert jsonio.loads(out)["host"] == "n\u202e1"
+
+
+def test_one_logging_setup_for_messages_and_events() -> None:
+    root, gpuaudit = logging.getLogger(), logging.getLogger("gpuaudit")
+    saved = (root.handlers[:], gpuaudit.handlers[:], gpuaudit.propagate, gpuaudit.level, root.level)
+    try:
+        root.handlers, gpuaudit.handlers = [], []
+        logsetup.setup(events=True)
+        logsetup.setup(events=True)  # idempotent
+        assert len(gpuaudit.handlers) == 1 and not gpuaudit.propagate
+        record = logging.LogRecord("gpuaudit.agent", logging.INFO, "", 0, "event=x n=1", None, None)
+        line = gpuaudit.handlers[0].format(record)
+        assert line.startswith("ts=") and line.endswith("Z level=info event=x n=1")
+        logsetup.setup()
+        [handler] = root.handlers
+        msg = logging.LogRecord("gpuaudit.store", logging.WARNING, "", 0, "skipped a\x1bb", None, None)
+        assert handler.format(msg) == "gpuaudit: warning: skipped a\\x1bb"
+    finally:
+        root.handlers, gpuaudit.handlers = saved[0], saved[1]
+        gpuaudit.propagate = saved[2]
+        gpuaudit.setLevel(saved[3])
+        root.setLevel(saved[4])
+
+
+def test_report_files_use_the_json_module() -> None:
+    from gpuaudit.report import writer
+
+    assert writer.json_text is jsonio.json_text
