@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: gr_engine_active and gpu_allocations; a MIG slice's energy_j is its own share
 MIB = 1 << 20  # bytes: memory is stored in bytes; NVML, DCGM and the simulator speak MiB
 SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
 
