@@ -135,8 +135,9 @@ def _unquantized_bytes(root: Path, out: Path) -> int:
     """The same rows as a producer that keeps float noise beyond the source's precision would store them
     (sub-quantum jitter on each measurement), with the product's own writer settings: shows what
     quantizing to the source's precision is worth."""
-    from gpuaudit import schema, store
+    from gpuaudit import schema
     from gpuaudit.store import open_dataset
+    from gpuaudit.store.writer import ZSTD_LEVEL
 
     jitter = {"sm_active": 0.001, "sm_occupancy": 0.001, "tensor_active": 0.001, "dram_active": 0.001,
               "duty_cycle": 0.01, "mem_util": 0.01, "power_w": 1.0}
@@ -159,7 +160,7 @@ def _unquantized_bytes(root: Path, out: Path) -> int:
         ds.con.execute(
             f"COPY (SELECT * REPLACE (CAST(power_w * interval_s AS FLOAT) AS energy_j) FROM ({inner}) "
             f"ORDER BY gpu_uuid, ts) TO '{out}' (FORMAT parquet, COMPRESSION zstd, "
-            f"COMPRESSION_LEVEL {store.ZSTD_LEVEL}, PARQUET_VERSION v2)")
+            f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2)")
     return out.stat().st_size
 
 
