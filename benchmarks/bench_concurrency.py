@@ -54,7 +54,8 @@ def _build(root: Path, min_files: int) -> tuple[int, int, int]:
     files = 0
     try:
         with store.open_dataset(src) as ds:
-            frames = {t: ds.query(f"SELECT * FROM {v}") for t, v in schema.VIEW_NAMES.items()}
+            # An agent's flushes: the telemetry tables (the simulator's allocations are no node's files).
+            frames = {t: ds.query(f"SELECT * FROM {schema.VIEW_NAMES[t]}") for t in (schema.SAMPLES, schema.PROCESSES)}
         staging = store.base.staging_dir(root)
         cols = {t: ", ".join(schema.quote_ident(c.name) for c in schema.stored_columns(t)) for t in schema.TABLES}
         parts = {t: df.select("host", pl.col("date").cast(pl.String)).unique().sort("host", "date").rows()
@@ -145,6 +146,38 @@ def _compaction(root: Path, truth: tuple[int, int]) -> dict[str, Any]:
     return out
 
 
+MAX_ROUNDS = 8  # compactions of fresh copies of the same files, until MIN_READS reads were made during them
+
+
+def _rounds(root: Path, pristine: Path, truth: tuple[int, int], *, prepared: bool) -> dict[str, Any]:
+    """_compaction of `root`, then of fresh copies of `pristine` (the same files), until MIN_READS reads were
+    made during compactions: one compaction of 3,000 files lasts a few seconds, a fresh read of them as long."""
+    from gpuaudit.store import readers
+
+    total: dict[str, Any] = {}
+    for i in range(MAX_ROUNDS):
+        target = root
+        if i:
+            target = root.parent / f"{root.name}-round{i}"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(pristine, target, symlinks=True)
+            if prepared:
+                readers.prepare(target)
+        r = _compaction(target, truth)
+        if not total:
+            total = dict(r, rounds=1)
+        else:
+            for k in ("reads", "fresh", "held", "exact", "skipped", "relists", "seconds"):
+                total[k] += r[k]
+            total["latency"] = total["latency"] + r["latency"]
+            total["min_samples"] = min(total["min_samples"], r["min_samples"])
+            total["rounds"] += 1
+            shutil.rmtree(target, ignore_errors=True)
+        if total["reads"] >= MIN_READS:
+            break
+    return total
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -170,10 +203,12 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     # First compaction ever (no lock files yet: the readers cannot hold the files, they list again), then the
     # same files where an earlier compaction left the lock files (the readers hold the replaced files).
     again = work / "node-again"
+    pristine = work / "node-pristine"
     shutil.copytree(node, again, symlinks=True)
+    shutil.copytree(node, pristine, symlinks=True)
     readers.prepare(again)
-    first = _compaction(node, truth)
-    held_round = _compaction(again, truth)
+    first = _rounds(node, pristine, truth, prepared=False)
+    held_round = _rounds(again, pristine, truth, prepared=True)
     _cli("compact", "--data", str(again)).wait()  # no reader open now: removes what the first one kept
     left = len(list(again.glob("gpu_*/*/*/agent-*.parquet")))
 
@@ -202,7 +237,7 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
                     f"through {HELD_READERS} readers opened before the compaction; fewest sample rows seen "
                     f"{r['min_samples']:,} of {n_samples:,}; files called unreadable: {r['skipped']}; relists: "
                     f"{r['relists']}; replaced files kept for the readers: {r['kept']}; "
-                    f"compaction {r['seconds']:.0f} s")
+                    f"{r['rounds']} compaction(s) of the same files, {r['seconds']:.0f} s in all")
 
     return [
         reads(first, "the first ever (no lock files: readers list again)"),

@@ -190,3 +190,31 @@ def test_rejected_rows_after_a_compaction_count_the_new_listing(node: Node) -> N
         store.compact(node.root)
         assert ds.rejected_rows({schema.SAMPLES: samples, schema.PROCESSES: processes}) == []
         assert ds.rejected_rows() == [] and ds.skipped == [] and ds.relists == 1
+
+
+def test_a_file_compacted_away_between_listing_and_check_is_not_called_unreadable(
+        node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The concurrency benchmark's first-ever compaction: 239 fresh reads named a flush "unreadable file: No such
+    file or directory" because it was merged and deleted after the partition was listed. The partition is
+    listed again instead."""
+    from gpuaudit.store import reader
+
+    for k in range(CHUNKS):
+        node.flush(k)
+    real = readers.stable_names
+    calls: list[Path] = []
+
+    def listing_with_a_ghost(part_dir: Path) -> list[str]:
+        names = real(part_dir)
+        calls.append(part_dir)
+        if calls.count(part_dir) == 1:  # the first listing still names a file that is gone now
+            names = sorted([*names, "agent-flush9-compacted-away.parquet"])
+        return names
+
+    monkeypatch.setattr(reader.readers, "stable_names", listing_with_a_ghost)
+    with caplog.at_level("WARNING"):
+        good, bad = store.table_files(node.root, schema.SAMPLES)
+    assert bad == []
+    assert not any("unreadable" in r.getMessage() for r in caplog.records)
+    assert sorted(str(p.relative_to(node.root)) for p in good) == [
+        f for f in node.files() if f.startswith(schema.SAMPLES)]

@@ -168,22 +168,31 @@ def table_files(root: Path | str, table: str, excluded: Excluded | None = None
         return good, bad
     root_real = os.path.realpath(root)
     for part_dir in _partitions(base, out):
-        try:
-            names = readers.stable_names(part_dir)
-        except FileNotFoundError:
-            continue
-        hidden = hidden_names(part_dir, names)
-        mine = []
-        for name in names:
-            if not name.endswith(".parquet") or name in hidden:
-                continue
-            f = part_dir / name
-            where = _outside(f, root_real)
-            if where:
-                out.append((f, f"a symlink to {where}, outside the data root; not followed", "link"))
-                continue
-            problem = parquet_problem(f)
-            (bad.append((f, problem)) if problem else mine.append(f))
+        mine: list[Path] = []
+        for _ in range(MAX_RELISTS):
+            try:
+                names = readers.stable_names(part_dir)
+            except FileNotFoundError:
+                names = []
+            hidden = hidden_names(part_dir, names)
+            mine, unreadable, links, vanished = [], [], [], False
+            for name in names:
+                if not name.endswith(".parquet") or name in hidden:
+                    continue
+                f = part_dir / name
+                where = _outside(f, root_real)
+                if where:
+                    links.append((f, f"a symlink to {where}, outside the data root; not followed", "link"))
+                    continue
+                problem = parquet_problem(f)
+                if problem and not os.path.lexists(f):
+                    vanished = True  # compacted away since the listing: list the partition again, never "damaged"
+                    break
+                (unreadable.append((f, problem)) if problem else mine.append(f))
+            if not vanished:
+                bad += unreadable
+                out += links
+                break
         for copy, first in _copies(mine).items():
             mine.remove(copy)
             out.append((copy, f"an exact copy of {first}; its rows are counted once", "duplicate file"))
