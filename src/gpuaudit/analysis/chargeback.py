@@ -104,13 +104,14 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
         pl.when(pl.col("jkey").str.starts_with("user:")).then(pl.lit("user"))
         .otherwise(pl.col("source").fill_null("processes")).alias("source"),
     )
-    return out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
-                      "alloc_gpus", "gpus_used"), per_hour
+    out = out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
+                     "alloc_gpus", "gpus_used")
+    # Sorted once here, not in every group_table call: the per-key sums then run in a fixed order.
+    return out.sort(out.columns, nulls_last=True), per_hour
 
 
 def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
     """Chargeback rows for one key, ranked by the cost of the idle part; rows sum to the fleet totals."""
-    jobs = jobs.sort(jobs.columns, nulls_last=True)
     rows = jobs.group_by(by, maintain_order=True).agg(pl.col("allocated_s", "held_s", "real_s").sum(),
                                                       pl.len().alias("jobs"))
     if unheld_real_s > 1e-9:
