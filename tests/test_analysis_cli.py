@@ -102,3 +102,17 @@ def test_help_documents_the_options() -> None:
     for opt in ("--data", "--config", "--json", "--latency-sensitive", "--data-residency", "--egress-gb-per-week",
                 "--current", "--preset", "--fleet-gpus"):
         assert opt in proc.stdout
+
+
+def test_latency_sensitive_share_option(root) -> None:  # type: ignore[no-untyped-def]
+    """--latency-sensitive-share states the share of demand that must stay on owned GPUs; out of range, or beside
+    --latency-sensitive (all of it) with another share, is a one-line error."""
+    r = _json("--data", str(root), "--latency-sensitive-share", "0.5")
+    assert r["decision"]["inputs"]["latency_sensitive_share"] == 0.5
+    assert not {s["id"]: s for s in r["costs"]["scenarios"]}["all-cloud"]["allowed"]
+    for bad in (("--latency-sensitive-share", "1.5"), ("--latency-sensitive-share", "nan"),
+                ("--latency-sensitive", "--latency-sensitive-share", "0.3")):
+        proc = run_cli("analyze", "--data", str(root), *bad)
+        assert proc.returncode == 2, bad
+        assert "latency-sensitive" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr

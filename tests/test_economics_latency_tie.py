@@ -65,3 +65,49 @@ def test_a_saving_beyond_the_uncertainty_is_no_tie() -> None:
     assert r.costs.cheapest == "hybrid" and stay - by_id["hybrid"].total.value > r.decision.tie_usd
     assert not r.decision.tie and r.decision.recommended_scenario == "hybrid"
     assert r.decision.recommendation == "hybrid"
+
+
+def _bursty_fleet() -> list[dict]:  # type: ignore[type-arg]
+    """2 GPUs held all the time, 6 more held 30 % of the time (peak 8): unconstrained, the hybrid owns about 2
+    and bursts the rest."""
+    rows = [r for g in range(2) for r in gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=0.9, procs=1)]
+    for g in range(2, 8):
+        rows += gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=lambda i: 0.9 if i % 10 < 3 else 0.0,
+                         procs=lambda i: int(i % 10 < 3))
+    return rows
+
+
+def test_a_stated_latency_sensitive_share_stays_on_owned_gpus() -> None:
+    """Latency-sensitive work was all or nothing (--latency-sensitive): a fleet whose half is latency-bound could
+    only forbid renting altogether. With a stated share, every plan owns at least that share of demand's peak or
+    is not allowed, and the hybrid bursts only the rest."""
+    roll = rollups(_bursty_fleet())
+    cfg = _cfg()
+    free = analyze_rollups(roll, cfg)
+    free_by = {s.id: s for s in free.costs.scenarios}
+    assert free_by["hybrid"].owned_gpus < 4 and free_by["all-cloud"].allowed  # the case: the floor binds
+    r = analyze_rollups(roll, cfg.replace("decision", latency_sensitive_share=0.5))
+    by_id = {s.id: s for s in r.costs.scenarios}
+    floor = 4  # ceil(0.5 × a peak of 8 GPUs held)
+    assert not by_id["all-cloud"].allowed and not by_id["all-cloud-if-packed"].allowed
+    hybrid = by_id["hybrid"]
+    assert hybrid.allowed and hybrid.owned_gpus >= floor and is_cloud_used(hybrid)  # the rest still bursts
+    for s in r.costs.scenarios:
+        if s.allowed and is_cloud_used(s):
+            assert s.owned_gpus >= floor, s.id
+    assert r.decision.inputs.latency_sensitive_share == 0.5 and r.decision.inputs.latency_sensitive
+    assert r.break_even.verdict == "on-prem"  # renting everything is not a choice
+    assert "latency-sensitive" in hybrid.description and f"{floor}" in hybrid.description
+    # all or nothing is the share 1: the flag and the share agree
+    flag = analyze_rollups(roll, cfg, latency_sensitive=True)
+    whole = analyze_rollups(roll, cfg.replace("decision", latency_sensitive_share=1.0))
+    assert [(s.id, s.allowed, s.owned_gpus) for s in flag.costs.scenarios] == [
+        (s.id, s.allowed, s.owned_gpus) for s in whole.costs.scenarios]
+    assert flag.decision.inputs.latency_sensitive_share == 1.0
+
+
+def test_the_latency_sensitive_share_is_said_beside_the_decision() -> None:
+    """A stated share changes which plans are allowed: the decision's caveats say so, in the share's words."""
+    r = analyze_rollups(rollups(_bursty_fleet()), _cfg().replace("decision", latency_sensitive_share=0.4))
+    assert any("40% of demand is latency-sensitive" in c for c in r.decision.caveats), r.decision.caveats
+    assert not any("latency" in c for c in analyze_rollups(rollups(_bursty_fleet()), _cfg()).decision.caveats)

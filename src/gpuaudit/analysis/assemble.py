@@ -221,7 +221,8 @@ def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | Non
         for key, value in vars(values).items():
             dotted = f"{section}.{key}"
             origin = cfg.sources.get(dotted, "default")
-            source = comments.get(dotted, "") if origin in ("default", cfg.preset) else f"set in {origin}"
+            source = (comments.get(dotted, "") if origin in ("default", cfg.preset) else
+                      origin if origin.startswith("--") else f"set in {origin}")  # a file, or an option
             if dotted == "cloud.egress_gb_per_week" and egress is not None:
                 source = "--egress-gb-per-week"
             if dotted == "analysis.fleet_gpus" and fleet_gpus is not None:

@@ -41,6 +41,8 @@ class DecisionConfig:
     min_trial_hours: float = _num(0.0, 876000.0)
     # a plan cheaper than staying by less than this share of staying's total is a tie: keep what you have
     tie_fraction: float = _num(0.0, 0.5)
+    # the share of demand that is latency-sensitive: it runs on owned GPUs, never bursts (1: all of it)
+    latency_sensitive_share: float = _num(0.0, 1.0)
 
 
 GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)

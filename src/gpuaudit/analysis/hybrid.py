@@ -165,9 +165,10 @@ def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.nd
 
 
 def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: float,
-         power: costs.PowerModel | float, existing: int, existing_age_years: float) -> Sizing:
+         power: costs.PowerModel | float, existing: int, existing_age_years: float, *, min_owned: int = 0) -> Sizing:
     """N* over the demand series (GPUs per bucket, already scaled to the fleet and the horizon's growth).
-    `all_cloud_usd` is the total at N = 0."""
+    `all_cloud_usd` is the total at N = 0. `min_owned`: no N below it may be chosen (the latency-sensitive
+    share's peak, which must run on owned GPUs); the curve still prices them."""
     d = np.asarray(demand, dtype=float)
     pm = power if isinstance(power, costs.PowerModel) else costs.PowerModel(power, power, power)
     peak = float(d.max()) if d.size else 0.0
@@ -201,12 +202,18 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
         return owned + cloud
 
     candidates = _search_grid(math.ceil(peak - 1e-9), existing, total_of)
+    if min_owned > 0 and candidates.size and candidates[-1] > DENSE_MAX:  # a grid: price every N just above the floor
+        near = np.arange(min_owned, min(min_owned + DENSE_MAX // 2, candidates[-1]) + 1, dtype=float)
+        candidates = np.union1d(candidates, near)
     over, owned, cloud = price(candidates)
     total = owned + cloud
     total[0] = all_cloud_usd  # renting everything: the all-cloud scenario (owned(0) is in it already)
     cloud[0] = all_cloud_usd - owned[0]
-    n_star = int(candidates[np.argmin(total)])  # argmin takes the smallest N on ties
-    n_owning = int(candidates[np.argmin(total[1:]) + 1]) if candidates.size > 1 else 0
+    top = int(candidates[-1]) if candidates.size else 0
+    floor = min(max(min_owned, 0), top)
+    choosable = np.where(candidates >= floor, total, np.inf)
+    n_star = int(candidates[np.argmin(choosable)])  # argmin takes the smallest N on ties
+    n_owning = int(candidates[np.argmin(choosable[1:]) + 1]) if candidates.size > 1 else 0
 
     hours = tl.months * costs.HOURS_PER_MONTH
     # Both sides in the same unit: the cloud's list $/GPU-h and the owned cost levelized to a constant $/h whose

@@ -57,6 +57,7 @@ def analyze(
     egress_gb_per_week: float | None = None,
     current: Deployment | str = Deployment.ON_PREM,
     fleet_gpus: int | None = None,
+    latency_sensitive_share: float | None = None,
     threads: int | None = None,
     engine: str = "duckdb",
 ) -> AnalysisResult:
@@ -73,7 +74,7 @@ def analyze(
         roll = load_rollups(root, threads=threads)
     return analyze_rollups(roll, cfg, root=str(root), latency_sensitive=latency_sensitive,
                            data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
-                           fleet_gpus=fleet_gpus)
+                           fleet_gpus=fleet_gpus, latency_sensitive_share=latency_sensitive_share)
 
 
 def _current(value: Deployment | str) -> Deployment:
@@ -95,10 +96,14 @@ def analyze_rollups(
     egress_gb_per_week: float | None = None,
     current: Deployment | str = Deployment.ON_PREM,
     fleet_gpus: int | None = None,
+    latency_sensitive_share: float | None = None,
     now: dt.datetime | None = None,
 ) -> AnalysisResult:
     """Stage 2: everything from the rollups, no I/O. The steps, in order; assemble() shapes the result."""
-    cfg, current = _apply_flags(cfg, egress_gb_per_week, fleet_gpus, current)
+    cfg, current = _apply_flags(cfg, egress_gb_per_week, fleet_gpus, current, latency_sensitive,
+                                latency_sensitive_share)
+    share = cfg.decision.latency_sensitive_share
+    latency_sensitive = share > 0  # any latency-bound work: the tree's fact
     ut.check_enough(roll, cfg, root)
     t = ut.totals(roll)
     _check_finite(t)
@@ -122,7 +127,7 @@ def analyze_rollups(
         reporting=demand["gpus_reporting"].to_numpy().astype(float),
         day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / HOUR_S,
         measured_w=t.average_power_w, current=current, data_residency=data_residency,
-        latency_sensitive=latency_sensitive, idle_w=idle_w, held_w=held_w,
+        latency_share=share, idle_w=idle_w, held_w=held_w,
         elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
         elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
         elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
@@ -133,6 +138,7 @@ def analyze_rollups(
         real_utilization=t.real_utilization, latency_sensitive=latency_sensitive, data_residency=data_residency,
         egress_gb_per_week=cfg.cloud.egress_gb_per_week, current=current,
         cloud_below=cfg.decision.cloud_below, on_prem_above=cfg.decision.on_prem_above,
+        latency_sensitive_share=share,
     )
     rule, fired = evaluate(inputs)
     low = t.s_lower / t.w
@@ -167,9 +173,26 @@ def analyze_rollups(
                     egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus)
 
 
+def _flag(cfg: Config, section: str, key: str, value: Any, option: str) -> Config:
+    """`cfg` with a value a command-line option set, the option named as its source (the assumptions list)."""
+    new = cfg.replace(section, **{key: value})
+    return dataclasses.replace(new, sources={**cfg.sources, f"{section}.{key}": option})
+
+
 def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int | None,
-                 current: Deployment | str) -> tuple[Config, Deployment]:
+                 current: Deployment | str, latency_sensitive: bool = False,
+                 latency_share: float | None = None) -> tuple[Config, Deployment]:
     """The command-line inputs checked and merged into the settings."""
+    if latency_share is not None:
+        if not math.isfinite(latency_share) or not 0.0 <= latency_share <= 1.0:
+            raise GpuauditError("--latency-sensitive-share must be a fraction between 0 and 1, "
+                                f"got {latency_share:g}")
+        if latency_sensitive and latency_share != 1.0:
+            raise GpuauditError("--latency-sensitive means all work is latency-sensitive (a share of 1): give it or "
+                                f"--latency-sensitive-share, not both (got {latency_share:g})")
+        cfg = _flag(cfg, "decision", "latency_sensitive_share", float(latency_share), "--latency-sensitive-share")
+    elif latency_sensitive:
+        cfg = _flag(cfg, "decision", "latency_sensitive_share", 1.0, "--latency-sensitive")
     # The flags set config values: the config's ranges hold for them (a fleet of 0 GPUs means "the GPUs seen").
     lo, hi = bounds("cloud", "egress_gb_per_week")
     if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or not lo <= egress_gb_per_week

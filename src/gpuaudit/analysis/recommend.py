@@ -142,6 +142,10 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
 
     caveats = [rule.caveat] if rule.caveat else []
     caveats.extend(ev.model_caveats)
+    share = inputs.latency_sensitive_share
+    if share > 0:
+        caveats.append(("all work is" if share >= 1 else f"{share:.0%} of demand is") + " latency-sensitive: it "
+                       "stays on owned GPUs, and plans that would rent it are not allowed")
     if trial.provisional:
         caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
     if ev.upper_bound:

@@ -451,6 +451,9 @@ class DecisionInputs:
     current: Deployment
     cloud_below: float
     on_prem_above: float
+    # of demand, the share that must run on owned GPUs (decision.latency_sensitive_share; 1 with
+    # --latency-sensitive); `latency_sensitive` is whether there is any
+    latency_sensitive_share: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class Measured:
     measured_w: float | None
     current: Deployment
     data_residency: bool = False
-    latency_sensitive: bool = False  # latency-sensitive work does not burst: no plan may rent it
+    latency_share: float = 0.0  # of demand, the latency-sensitive share: it runs on owned GPUs, never bursts
     idle_w: float | None = None  # measured power of a GPU no job holds / a held one (utilization.power_by_load)
     held_w: float | None = None
     # GPUs that report only while held (elastic): their part of `held` and `reporting` per bucket, how many
@@ -124,6 +124,24 @@ def fleet(cfg: Config, m: Measured) -> Fleet:
     owned = cfg.on_prem.owned_gpus
     existing = owned if owned >= 0 else (gpus if m.current is Deployment.ON_PREM else 0)
     return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years, min(elastic, capacity))
+
+
+def latency_floor(m: Measured, series: np.ndarray) -> int:
+    """The GPUs a plan serving `series` must own for its latency-sensitive share (which never bursts): the
+    share's peak, whole GPUs; 0 when no work is latency-sensitive."""
+    if m.latency_share <= 0 or not series.size:
+        return 0
+    return max(1, math.ceil(float(series.max()) * m.latency_share - 1e-9))
+
+
+def _allowed(m: Measured, s: CostScenario, floor: int) -> bool:
+    """Data that must stay rents nothing; latency-sensitive work runs on owned GPUs: a plan that rents is allowed
+    only while it owns at least the latency floor of the demand it serves (all of it, at a share of 1)."""
+    if not is_cloud_used(s):
+        return True
+    if m.data_residency:
+        return False
+    return m.latency_share <= 0 or (m.latency_share < 1 and s.owned_gpus >= floor)
 
 
 def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
@@ -195,6 +213,13 @@ class CostBlock:
 
 def _gpus(n: int) -> str:
     return f"{n:,} GPU" + ("" if n == 1 else "s")
+
+
+def _floor_note(m: Measured, floor: int) -> str:
+    if m.latency_share <= 0 or floor <= 0:
+        return ""
+    return (f" (at least {_gpus(floor)}: the latency-sensitive {m.latency_share:.0%} of demand peaks there and "
+            "never bursts)")
 
 
 def _sum(parts: dict[str, float]) -> float:
@@ -297,13 +322,14 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
                          own(n_peak), "owned cost(ceil(peak demand))", tl))
     # hybrid
-    sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years)
+    floor = latency_floor(m, held)
+    sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years, min_owned=floor)
     n_h = max(1, sizing.n_owning)
     bill_h, k_h, over_h = _cloud_of(cfg, tl, held - n_h, prices)
     note = " (no demand above them: the same as all on-prem)" if over_h <= 1e-12 else ""
     how = f"reserving {k_h:,.1f} GPUs 24/7, the rest flexibly" if k_h > 0 else "flexibly"
-    out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base, rent demand above them "
-                         f"{how}{note}.", over_h, n_h, {**own(n_h), **bill_h},
+    out.append(_scenario("hybrid", "Hybrid", f"Own {_gpus(n_h)} for the steady base{_floor_note(m, floor)}, rent "
+                         f"demand above them {how}{note}.", over_h, n_h, {**own(n_h), **bill_h},
                          "owned cost(N) + cloud cost(max(demand − N, 0)), N = best N ≥ 1", tl))
     # if behaviour changes
     pack = min(m.s / cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
@@ -319,16 +345,21 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
                              f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp, held_p),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
-        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years)
+        floor_p = latency_floor(m, held_p)
+        sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years,
+                    min_owned=floor_p)
         n_hp = max(1, sz_p.n_owning)
         bill_hp, _khp, over_hp = _cloud_of(cfg, tl, held_p - n_hp, prices)
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
-                             f"Own {_gpus(n_hp)}, rent the packed demand above them.", over_hp, n_hp,
+                             f"Own {_gpus(n_hp)}{_floor_note(m, floor_p)}, rent the packed demand above them.",
+                             over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
     out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl)
-    if m.data_residency or m.latency_sensitive:  # neither data that must stay nor latency-bound work can rent
-        out = [dataclasses.replace(s, allowed=not is_cloud_used(s)) for s in out]
+    if m.data_residency or m.latency_share > 0:  # data that must stay, or latency-bound work, limit renting
+        floors = {"all-cloud-if-packed": latency_floor(m, held * pack), "all-on-prem-if-packed": 0,
+                  "hybrid-if-packed": latency_floor(m, held * pack)}
+        out = [dataclasses.replace(s, allowed=_allowed(m, s, floors.get(s.id, floor))) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
     reserved = {"stay-as-is": stay_k, "all-cloud": k_all, "hybrid": k_h}
@@ -430,7 +461,7 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
     all_cloud_usd = _sum(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
-    verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_sensitive)
+    verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_share > 0)
                else "on-prem")
     variable = all_cloud["cloud_reserved"] + all_cloud["cloud_flexible"]  # the all-cloud scenario's compute bill
     fixed = own_zero + _sum(costs.cloud_fixed(cfg, tl))

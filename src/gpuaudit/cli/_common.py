@@ -34,7 +34,13 @@ PresetOption = typer.Option(
     None, "--preset", help="Base settings: default, or article (the reference article's cost model)."
 )
 LatencyOption = typer.Option(
-    False, "--latency-sensitive", help="Workloads need low latency to on-prem systems (decision input)."
+    False, "--latency-sensitive", help="All work needs low latency to on-prem systems: none of it may burst to the "
+    "cloud (a latency-sensitive share of 1)."
+)
+LatencyShareOption = typer.Option(
+    None, "--latency-sensitive-share", metavar="FRACTION",
+    help="The share of demand (0-1) that is latency-sensitive: it stays on owned GPUs, the rest may burst "
+    "(default: decision.latency_sensitive_share, 0).", show_default=False,
 )
 ResidencyOption = typer.Option(
     False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."

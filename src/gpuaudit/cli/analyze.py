@@ -15,6 +15,7 @@ from gpuaudit.cli._common import (
     EngineOption,
     FleetOption,
     LatencyOption,
+    LatencyShareOption,
     PresetOption,
     ResidencyOption,
     data_source,
@@ -31,6 +32,7 @@ def analyze_cmd(
     preset: str | None = PresetOption,
     as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON (stable keys)."),
     latency_sensitive: bool = LatencyOption,
+    latency_sensitive_share: float | None = LatencyShareOption,
     data_residency: bool = ResidencyOption,
     egress_gb_per_week: float | None = EgressOption,
     current: str = CurrentOption,
@@ -46,5 +48,6 @@ def analyze_cmd(
 
     config = local_path(config, "--config", "a file") if config is not None else None
     print_analysis(data_source(data), as_json=as_json, config=config, preset=preset,
-                   latency_sensitive=latency_sensitive, data_residency=data_residency,
+                   latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
+                   data_residency=data_residency,
                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus, engine=engine)

@@ -16,6 +16,7 @@ from gpuaudit.cli._common import (
     EngineOption,
     FleetOption,
     LatencyOption,
+    LatencyShareOption,
     PresetOption,
     ResidencyOption,
     data_source,
@@ -37,6 +38,7 @@ def report_cmd(
                                     "(Markdown + SVG charts), json (the analyzer's result)."),
     preset: str | None = PresetOption,
     latency_sensitive: bool = LatencyOption,
+    latency_sensitive_share: float | None = LatencyShareOption,
     data_residency: bool = ResidencyOption,
     egress_gb_per_week: float | None = EgressOption,
     current: str = CurrentOption,
@@ -58,7 +60,8 @@ def report_cmd(
     out = local_path(out, "--out", "a local directory (copy the report to object storage afterwards)")
     config = local_path(config, "--config", "a file") if config is not None else None
     report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
-                   latency_sensitive=latency_sensitive, data_residency=data_residency,
+                   latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
+                   data_residency=data_residency,
                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
                    engine=engine, by=by)
 
