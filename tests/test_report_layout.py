@@ -2,7 +2,8 @@
 (a phone) and as printed (print stylesheet at the A4 page's printable width), and prints it to PDF: no element
 is wider than the page (tables fit or stack instead of being clipped or scrolled), and the page count is
 recorded in test-artifacts/report-layout.txt. Before the fix the cost breakdown, sensitivity and assumptions
-tables were clipped in the PDF and ran off a phone's screen."""
+tables were clipped in the PDF and ran off a phone's screen, and the charts' text read at ~5 px on a phone (the
+7.2 in chart scaled down to 348 px)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ OVERFLOW = """(() => {
 # Table cells whose content is cut off (a scroll box or clipped cell).
 CLIPPED = """Array.from(document.querySelectorAll('.scroll, td, th')).filter(e => e.scrollWidth > e.clientWidth + 1)
   .map(e => e.tagName.toLowerCase() + ': ' + (e.innerText || '').slice(0, 40)).slice(0, 20)"""
+# The rendered size of every visible chart text: its font size in the SVG's units × the SVG's scale on screen.
+CHART_TEXT = """Array.from(document.querySelectorAll('figure.chart svg text')).filter(t => {
+    const r = t.getBoundingClientRect(); return r.width > 0 && r.height > 0;
+  }).map(t => {
+    const m = t.getScreenCTM();
+    const px = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+    return [Math.round(px * 10) / 10, (t.textContent || '').slice(0, 30)];
+  })"""
+LEGIBLE_PX = 10.0  # the smallest chart text a reader can take in on a phone without zooming
 A4_PRINTABLE_PX = 718  # 8.27 in × 96 px minus Chromium's default margins
 
 
@@ -50,8 +60,12 @@ def test_no_element_is_wider_than_the_page(report: Path, width: int, media: str)
     name = f"report-layout-{width}{'-print' if media else ''}"
     pdf = artifact(f"{name}.pdf") if media else None
     visit = open_in_chromium(report, artifact(f"{name}.png"), width=width, media=media, pdf=pdf,
-                             probes={"overflow": OVERFLOW, "clipped": CLIPPED})
+                             probes={"overflow": OVERFLOW, "clipped": CLIPPED, "chart_text": CHART_TEXT})
     assert visit.probes["overflow"] == [], visit.probes["overflow"]
+    texts = visit.probes["chart_text"]
+    assert len(texts) > 50, texts  # every chart's labels are measured (the probe sees the visible charts)
+    small = [t for t in texts if t[0] < LEGIBLE_PX]
+    assert small == [], f"{len(small)} chart texts under {LEGIBLE_PX} px: {small[:10]}"
     assert visit.probes["clipped"] == [], visit.probes["clipped"]
     if pdf is not None:
         data = pdf.read_bytes()

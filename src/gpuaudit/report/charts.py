@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn, never by importing the report
@@ -52,9 +54,28 @@ _STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every nam
 }
 
 _WIDTH_IN = 7.2
+# A phone's chart: drawn this wide, a 390 px screen shows it at ~1.34 px per point, so the smallest text (8 pt)
+# reads at ~10.7 px; the 7.2 in chart scaled down to the phone would show it at ~5.4 px.
+NARROW_WIDTH_IN = 3.6
+_NARROW: ContextVar[bool] = ContextVar("gpuaudit_chart_narrow", default=False)
 
 
-def _figure(height_in: float, name: str) -> tuple[Figure, AbstractContextManager[Any]]:
+def narrow(draw: Callable[..., str], *args: Any, **kwargs: Any) -> str:
+    """The chart `draw(*args, **kwargs)` drawn for a phone's width: the same fonts on a narrower figure, long
+    labels and titles wrapped, fewer ticks and legend columns (the HTML report shows it below 640 px)."""
+    token = _NARROW.set(True)
+    try:
+        return draw(*args, **kwargs)
+    finally:
+        _NARROW.reset(token)
+
+
+def _is_narrow() -> bool:
+    return _NARROW.get()
+
+
+def _figure(height_in: float, name: str, narrow_height_in: float | None = None
+            ) -> tuple[Figure, AbstractContextManager[Any]]:
     import matplotlib
 
     matplotlib.use("svg")
@@ -62,8 +83,39 @@ def _figure(height_in: float, name: str) -> tuple[Figure, AbstractContextManager
 
     ctx = matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"gpuaudit-{name}"})
     ctx.__enter__()
-    fig = Figure(figsize=(_WIDTH_IN, height_in), layout="constrained")
+    size = (NARROW_WIDTH_IN, narrow_height_in or height_in) if _is_narrow() else (_WIDTH_IN, height_in)
+    fig = Figure(figsize=size, layout="constrained")
     return fig, ctx
+
+
+def _title(ax: Any, text: str) -> None:
+    """The chart's title over its axes; on a phone's chart over the whole figure (the axes start past the
+    labels), wrapped at 40 characters (10 pt bold: about what 3.6 in holds)."""
+    if not _is_narrow():
+        ax.set_title(text)
+        return
+    ax.figure.suptitle(textwrap.fill(text, 40), x=0.01, ha="left", fontsize=_STYLE["axes.titlesize"],
+                       fontweight=_STYLE["axes.titleweight"], color=INK)
+
+
+def _legend(ax: Any, *, ncols: int, narrow_cols: int = 1, **kwargs: Any) -> None:
+    """The legend where it is on the wide chart; on a phone's chart below the figure, in `narrow_cols` columns
+    (beside the plot it would cover the data or run past the edge)."""
+    if _is_narrow():
+        handles = kwargs.pop("handles", None)
+        for key in ("loc", "bbox_to_anchor"):
+            kwargs.pop(key, None)
+        if handles is None:
+            handles = ax.get_legend_handles_labels()[0]
+        ax.figure.legend(handles=handles, loc="outside lower left", ncols=narrow_cols, **kwargs)
+        return
+    ax.legend(ncols=ncols, **kwargs)
+
+
+def _ticks(n: int, wide: int = 10, narrow_: int = 4) -> int:
+    """Every how many categories a tick label goes, for at most `wide` (`narrow_` on a phone) labels."""
+    most = narrow_ if _is_narrow() else wide
+    return max(1, -(-n // most))
 
 
 def _svg(fig: Figure, ctx: AbstractContextManager[Any], title: str) -> str:
@@ -75,7 +127,7 @@ def _svg(fig: Figure, ctx: AbstractContextManager[Any], title: str) -> str:
     return buf.getvalue()
 
 
-def inline(svg: str, label: str, prefix: str = "c") -> str:
+def inline(svg: str, label: str, prefix: str = "c", css_class: str = "") -> str:
     """The SVG without its XML prolog, sized by CSS, labelled for screen readers, its ids prefixed (several
     charts share one HTML document, and matplotlib numbers ids per figure): ready to paste into HTML."""
     from markupsafe import escape
@@ -85,7 +137,8 @@ def inline(svg: str, label: str, prefix: str = "c") -> str:
     body = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', body)
     body = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", body)
     body = re.sub(r'\b((?:xlink:)?href)="#([^"]+)"', rf'\1="#{prefix}-\2"', body)
-    return body.replace("<svg", f'<svg role="img" aria-label="{escape(label)}"', 1)
+    cls = f' class="{escape(css_class)}"' if css_class else ""
+    return body.replace("<svg", f'<svg{cls} role="img" aria-label="{escape(label)}"', 1)
 
 
 def _pct_axis(axis: Axis) -> None:
@@ -95,9 +148,15 @@ def _pct_axis(axis: Axis) -> None:
 
 
 def _short(label: str, limit: int = 28) -> str:
+    """A category label cut to `limit` characters; on a phone's chart wrapped onto two lines of 18."""
     from gpuaudit.util.textsafe import printable
 
     label = printable(label)  # a name with control characters: shown escaped, not as missing glyphs
+    if _is_narrow():
+        lines = textwrap.wrap(label, 18, break_long_words=True, break_on_hyphens=False) or [""]
+        if len(lines) > 2:
+            lines = [lines[0], lines[1][:17] + "…"]
+        return "\n".join(lines)
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
@@ -105,7 +164,8 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
                      allocated_util: float | None = None) -> str:
     """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded; with
     scheduler allocations, the allocated share on top as what is believed and runtime hours as held."""
-    fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization")
+    fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization",
+                       2.8 if allocated_util is None else 3.3)
     ax = fig.add_subplot()
     rows = [("Runtime hours (believed)", runtime_util, BELIEVED)]
     if allocated_util is not None:
@@ -117,7 +177,7 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
     for i, (_name, value, color) in enumerate(rows):
         ax.barh(i, value, color=color, height=0.6)
         ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
-    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_yticks(range(len(rows)), [_short(r[0]) for r in rows])
     top = runtime_util if allocated_util is None else max(allocated_util, runtime_util)
     if top > real_util:
         ax.axvspan(real_util, top, color=WASTE, alpha=0.08, lw=0)
@@ -126,7 +186,7 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
     _pct_axis(ax.xaxis)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
-    ax.set_title(f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
+    _title(ax, f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
     return _svg(fig, ctx, "Believed vs real utilization")
 
 
@@ -138,7 +198,7 @@ LEDGER_LABELS = {"productive": "productive (SM active)", "held_idle": "held, SMs
 
 def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
     """The four-state ledger per week as stacked bars (GPU-hours): productive at the bottom."""
-    fig, ctx = _figure(2.6, "ledger")
+    fig, ctx = _figure(2.6, "ledger", 3.9)
     ax = fig.add_subplot()
     xs = list(range(len(weeks)))
     bottom = [0.0] * len(weeks)
@@ -146,22 +206,22 @@ def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -
         values = [float(v) for v in states.get(key, [0.0] * len(weeks))]
         ax.bar(xs, values, bottom=bottom, color=LEDGER_COLORS[key], width=0.75, label=LEDGER_LABELS[key])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    step = max(1, -(-len(weeks) // 10))
+    step = _ticks(len(weeks), narrow_=3)
     ax.set_xticks(xs[::step], [str(w) for w in weeks][::step])
     ax.set_xlabel("week starting (UTC)")
     ax.set_ylabel("GPU-hours")
     ax.yaxis.set_major_formatter(_thousands_formatter())
     ax.grid(axis="y", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
-    ax.legend(frameon=False, loc="upper left", ncols=4, fontsize=8, bbox_to_anchor=(0, -0.28))
-    ax.set_title("Where every observed GPU-hour went, per week")
+    _legend(ax, ncols=4, frameon=False, loc="upper left", fontsize=8, bbox_to_anchor=(0, -0.28))
+    _title(ax, "Where every observed GPU-hour went, per week")
     return _svg(fig, ctx, "Ledger per week")
 
 
 def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: str, color: str = WASTE) -> str:
     """A ranked horizontal bar chart (largest on top), e.g. idle-held GPU-hours by user."""
     n = max(len(labels), 1)
-    fig, ctx = _figure(0.9 + 0.28 * n, "top-" + title)
+    fig, ctx = _figure(0.9 + 0.28 * n, "top-" + title, 1.2 + 0.4 * n)
     ax = fig.add_subplot()
     ys = list(range(len(labels)))[::-1]
     ax.barh(ys, list(values), color=color, height=0.65)
@@ -169,11 +229,11 @@ def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: s
     top = max(values, default=0) or 1
     for y, v in zip(ys, values, strict=True):
         ax.text(v + top * 0.01, y, f"{v:,.0f}", va="center", color=INK, fontsize=8)
-    ax.set_xlim(0, top * 1.15)
+    ax.set_xlim(0, top * (1.3 if _is_narrow() else 1.15))
     ax.set_xlabel(unit)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
-    ax.set_title(title)
+    _title(ax, title)
     return _svg(fig, ctx, title)
 
 
@@ -185,7 +245,7 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     import numpy as np
 
     data = np.array([[np.nan if v is None else float(v) for v in row] for row in matrix], dtype=float)
-    fig, ctx = _figure(2.6, "heatmap")
+    fig, ctx = _figure(2.6, "heatmap", 2.9)
     ax = fig.add_subplot()
     # pcolormesh, not imshow: vector cells (crisp in print, no embedded bitmap).
     # The colour scale spans the data (a fleet at 5-15 % was one pale shade on a fixed 0-100 % scale); the
@@ -198,7 +258,8 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
                        linewidth=0.3)
     ax.invert_yaxis()
     ax.set_yticks([d + 0.5 for d in range(7)], _DAYS)
-    ax.set_xticks([h + 0.5 for h in range(0, 24, 3)], [f"{h:02d}:00" for h in range(0, 24, 3)])
+    every = 6 if _is_narrow() else 3
+    ax.set_xticks([h + 0.5 for h in range(0, 24, every)], [f"{h:02d}:00" for h in range(0, 24, every)])
     ax.set_xlabel("hour of day (UTC)")
     for side in ("left", "bottom"):
         ax.spines[side].set_visible(False)
@@ -208,13 +269,13 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
         bar.solids.set_edgecolor("face")
     _pct_axis(bar.ax.yaxis)
     bar.outline.set_visible(False)
-    ax.set_title(title)
+    _title(ax, title)
     return _svg(fig, ctx, title)
 
 
 def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[float]) -> str:
     """Runtime-hour and real utilization per week, as two lines."""
-    fig, ctx = _figure(2.4, "weekly")
+    fig, ctx = _figure(2.4, "weekly", 2.9)
     ax = fig.add_subplot()
     xs = list(range(len(weeks)))
     ax.plot(xs, list(runtime), color=BELIEVED, lw=2, marker="o", ms=3, label="runtime hours (believed)")
@@ -223,14 +284,14 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
     labels = [str(w) for w in weeks]
     if all(len(w) == 8 and w[4:6] == "-W" for w in labels):  # ISO weeks: "W07" is enough on an axis
         labels = [w[5:] for w in labels]
-    step = max(1, -(-len(weeks) // 10))
+    step = _ticks(len(weeks), narrow_=6)
     ax.set_xticks(xs[::step], labels[::step])
     ax.set_xlabel("ISO week" if labels and labels[0].startswith("W") else "week")
     ax.set_ylim(0, 1)
     _pct_axis(ax.yaxis)
     ax.grid(axis="y", color=GRID, lw=0.6)
-    ax.legend(frameon=False, loc="upper left", ncols=2)
-    ax.set_title("Weekly trend")
+    _legend(ax, ncols=2, frameon=False, loc="upper left")
+    _title(ax, "Weekly trend")
     return _svg(fig, ctx, "Weekly trend")
 
 
@@ -240,7 +301,7 @@ def demand_duration(
 ) -> str:
     """Demand as a duration curve: for each GPU count, the share of time demand was at least that high.
     The hybrid's owned capacity N* and the fleet size are marked."""
-    fig, ctx = _figure(2.6, "demand")
+    fig, ctx = _figure(2.6, "demand", 3.0)
     ax = fig.add_subplot()
     ax.step(list(gpus), list(share_of_time), where="post", color=REAL, lw=2)
     ax.fill_between(list(gpus), list(share_of_time), step="post", color=REAL, alpha=0.12, lw=0)
@@ -256,7 +317,7 @@ def demand_duration(
     ax.set_xlabel(xlabel)
     ax.set_ylabel("share of time ≥ x")
     ax.grid(color=GRID, lw=0.6)
-    ax.set_title("Demand: how often the fleet needed at least x GPUs")
+    _title(ax, "Demand: how often the fleet needed at least x GPUs")
     return _svg(fig, ctx, "Demand duration curve")
 
 
@@ -270,7 +331,7 @@ def break_even_curve(
     x_label: str = "held-hour utilization",
 ) -> str:
     """Cost of each option against utilization (the basis the cloud bills), the crossing and today's point."""
-    fig, ctx = _figure(2.8, "breakeven")
+    fig, ctx = _figure(2.8, "breakeven", 3.2)
     ax = fig.add_subplot()
     ax.plot(list(utilization), list(cloud_cost), color=CLOUD, lw=2, label="cloud")
     ax.plot(list(utilization), list(onprem_cost), color=ONPREM, lw=2, label="on-prem")
@@ -288,14 +349,14 @@ def break_even_curve(
     ax.set_xlabel(x_label)
     ax.set_ylabel(unit)
     ax.grid(color=GRID, lw=0.6)
-    ax.legend(frameon=False, loc="lower right")
-    ax.set_title(f"Break-even: cost against {x_label}")
+    _legend(ax, ncols=1, narrow_cols=2, frameon=False, loc="lower right")
+    _title(ax, f"Break-even: cost against {x_label}")
     return _svg(fig, ctx, "Break-even curve")
 
 
 def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | None, unit: str) -> str:
     """Hybrid total cost for each owned GPU count, the minimum N* marked."""
-    fig, ctx = _figure(2.4, "hybrid-curve")
+    fig, ctx = _figure(2.4, "hybrid-curve", 2.9)
     ax = fig.add_subplot()
     ax.plot(list(owned), list(total), color=REAL, lw=2)
     if n_star is not None:
@@ -307,14 +368,14 @@ def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | N
     ax.set_xlabel("GPUs owned (N)")
     ax.set_ylabel(unit)
     ax.grid(color=GRID, lw=0.6)
-    ax.set_title("Hybrid: total cost by number of GPUs owned")
+    _title(ax, "Hybrid: total cost by number of GPUs owned")
     return _svg(fig, ctx, "Hybrid cost curve")
 
 
 def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int | None, unit: str) -> str:
     """Total cost of each scenario over the horizon; the recommended one highlighted."""
     n = max(len(names), 1)
-    fig, ctx = _figure(0.9 + 0.32 * n, "costs")
+    fig, ctx = _figure(0.9 + 0.32 * n, "costs", 1.2 + 0.42 * n)
     ax = fig.add_subplot()
     ys = list(range(len(names)))[::-1]
     colors = [REAL if i == highlight else BELIEVED for i in range(len(names))]
@@ -323,12 +384,16 @@ def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int
     top = max(totals, default=0) or 1
     for y, v in zip(ys, totals, strict=True):
         ax.text(v + top * 0.01, y, _money(v), va="center", color=INK, fontsize=8)
-    ax.set_xlim(0, top * 1.2)
+    ax.set_xlim(0, top * (1.45 if _is_narrow() else 1.2))
     ax.xaxis.set_major_formatter(_money_formatter())
+    if _is_narrow():
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(3))
     ax.set_xlabel(unit)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
-    ax.set_title("Total cost per scenario")
+    _title(ax, "Total cost per scenario")
     return _svg(fig, ctx, "Cost per scenario")
 
 
@@ -336,7 +401,7 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
             title: str, fraction: float = 0.3) -> str:
     """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
     n = max(len(labels), 1)
-    fig, ctx = _figure(0.9 + 0.3 * n, "tornado")
+    fig, ctx = _figure(0.9 + 0.3 * n, "tornado", 1.6 + 0.42 * n)
     ax = fig.add_subplot()
     order = sorted(range(len(labels)), key=lambda i: abs(high[i] - low[i]))
     ys = list(range(len(order)))
@@ -351,15 +416,19 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
         ax.text(0, 1.0, " equal cost", transform=ax.get_xaxis_transform(), color=TODAY, va="bottom", fontsize=8)
     ax.set_yticks(ys, [_short(str(labels[i]), 34) for i in order])
     ax.xaxis.set_major_formatter(_money_formatter() if ("$" in unit or "USD" in unit) else _plain_formatter())
-    ax.set_xlabel(unit)
+    if _is_narrow():
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(3))
+    ax.set_xlabel(textwrap.fill(unit, 44) if _is_narrow() else unit)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=ONPREM, label=f"input −{fraction:.0%}"), Patch(color=CLOUD,
-                                                                                label=f"input +{fraction:.0%}")],
-              frameon=False, loc="lower right", fontsize=8)
-    ax.set_title(title)
+    _legend(ax, ncols=1, narrow_cols=2, handles=[Patch(color=ONPREM, label=f"input −{fraction:.0%}"),
+                                                 Patch(color=CLOUD, label=f"input +{fraction:.0%}")],
+            frameon=False, loc="lower right", fontsize=8)
+    _title(ax, title)
     return _svg(fig, ctx, title)
 
 

@@ -7,6 +7,7 @@ to it (HTML title attribute and footnote line, Markdown footnote).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -39,6 +40,8 @@ class Chart:
     title: str
     svg: str  # standalone SVG document
     caption: str = ""
+    # the same chart drawn for a phone's width (HTML only, drawn when the HTML is rendered); None: use `svg`
+    narrow_svg: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,13 @@ def render_html(report: Report) -> str:
     from gpuaudit.report.charts import inline
 
     # matplotlib's SVG writer escapes every text node, so the chart markup itself is trusted.
-    svgs = {c.name: Markup(inline(c.svg, c.title, prefix=f"chart-{c.name}")) for c in report.charts()}
-    return _html_env().get_template(HTML_TEMPLATE).render(report=report, svgs=svgs)
+    svgs = {c.name: Markup(inline(c.svg, c.title, prefix=f"chart-{c.name}", css_class="wide" if c.narrow_svg
+                                  else "")) for c in report.charts()}
+    # A phone gets the chart drawn for its width (the CSS shows one of the two): scaled down, the wide chart's
+    # text would be ~5 px there.
+    narrow = {c.name: Markup(inline(c.narrow_svg(), c.title, prefix=f"chart-{c.name}-n", css_class="narrow"))
+              for c in report.charts() if c.narrow_svg is not None}
+    return _html_env().get_template(HTML_TEMPLATE).render(report=report, svgs=svgs, narrow=narrow)
 
 
 def chart_files(report: Report) -> dict[str, str]:

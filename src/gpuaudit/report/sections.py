@@ -10,6 +10,7 @@ writing raises `ResultContractError` instead of dropping a chart.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -65,7 +66,8 @@ def build_report(result: AnalysisResult, *, version: str, title: str = "GPU util
     )
     trial = result.trial
     subtitle = (
-        f"{trial.gpus:,} GPUs on {trial.hosts:,} hosts · trial {_date(trial.start)} → {_date(trial.end)} UTC "
+        f"{trial.gpus:,} GPU{'' if trial.gpus == 1 else 's'} on {trial.hosts:,} host{'' if trial.hosts == 1 else 's'}"
+        f" · trial {_date(trial.start)} → {_date(trial.end)} UTC "
         f"({trial.days:.1f} days) · {trial.samples:,} samples"
     )
     return Report(
@@ -219,8 +221,8 @@ def _verdict(r: AnalysisResult) -> Verdict:
     figs = [
         real_fig,
         _fig("Believed (held-hour) utilization: hours a job held the GPU", u.runtime_utilization),
-        _explained(_fig("Phantom gap", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
-                   "believed − real utilization; pp = percentage points"),
+        _explained(_fig("Phantom gap: believed − real utilization (pp = percentage points)", u.phantom_gap,
+                        text=fmt.pp(u.phantom_gap.value)), "believed − real utilization"),
         _cheapest_figure(r),
     ]
     lever = _lever_figure(r)
@@ -346,7 +348,7 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
     chart = Chart(
         name="utilization",
         title="Believed vs real utilization",
-        svg=charts.utilization_bars(_v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value,
+        **_svgs(charts.utilization_bars, _v(u.runtime_utilization), _v(u.real_utilization), u.busy_utilization.value,
                                     _v(u.allocated_utilization) if scheduled and u.allocated_utilization else None),
         caption="Runtime hours count a GPU as used whenever a process holds it; SM active measures the share "
                 "of the GPU's streaming multiprocessors doing work."
@@ -412,10 +414,15 @@ def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...
     step("chart: ledger per week")
     states = {k: [row[k] for row in led.per_week.rows]
               for k in ("productive", "held_idle", "allocated_no_process", "unallocated")}
-    chart = Chart(name="ledger", title="Ledger per week", svg=charts.ledger_weekly(weeks, states),
+    chart = Chart(name="ledger", title="Ledger per week", **_svgs(charts.ledger_weekly, weeks, states),
                   caption="Stacked per week, the four states sum to the observed GPU-hours: productive (SM "
                           "activity), held with the SMs idle, allocated with no process, and unallocated.")
     return (chart,), (table,)
+
+
+def _svgs(draw: Callable[..., str], *args: Any) -> dict[str, Any]:
+    """A chart's SVG, and how to draw it again for a phone (only the HTML report asks, when it renders)."""
+    return {"svg": draw(*args), "narrow_svg": functools.partial(charts.narrow, draw, *args)}
 
 
 def _v(f: Figure) -> float:
@@ -450,7 +457,7 @@ def _waste(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             charts_.append(Chart(
                 name=f"idle-by-{key}",
                 title=f"Idle-held GPU-hours by {who}",
-                svg=charts.top_bars([str(row.get(label_col)) for row in top], [row.get(idle) or 0 for row in top],
+                **_svgs(charts.top_bars, [str(row.get(label_col)) for row in top], [row.get(idle) or 0 for row in top],
                                     f"Idle-held GPU-hours by {who} (top {len(top)})", "GPU-hours"),
             ))
         tables.append(_table(table, sort_by=idle, limit=TOP_N, columns=(
@@ -481,7 +488,7 @@ def _when(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             grid[int(row[day])][int(row[hour])] = row.get(val)
         step("chart: hour-of-week heatmap")
         charts_.append(Chart("hour-of-week", "Real utilization by hour of week",
-                             charts.hour_of_week_heatmap(grid, "Real utilization by hour of week (UTC)"),
+                             **_svgs(charts.hour_of_week_heatmap, grid, "Real utilization by hour of week (UTC)"),
                              caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
                                      "averaged over the trial. The colour scale spans the lowest to the highest "
                                      "cell (see the bar), not 0-100 %."))
@@ -491,7 +498,7 @@ def _when(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     if wk.rows:
         step("chart: weekly trend")
         charts_.append(Chart("weekly-trend", "Weekly trend",
-                             charts.weekly_trend([str(x[week]) for x in wk.rows],
+                             **_svgs(charts.weekly_trend, [str(x[week]) for x in wk.rows],
                                                  [x.get(rt) or 0 for x in wk.rows],
                                                  [x.get(rl) or 0 for x in wk.rows])))
     lead = "When the GPUs work: idle nights and weekends are capacity the cloud would not bill."
@@ -550,7 +557,7 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         xs, ys = dur.values(dcol), dur.values(share)
         step("chart: demand")
         charts_.append(Chart("demand", "Demand duration curve",
-                             charts.demand_duration(xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
+                             **_svgs(charts.demand_duration, xs, ys, float(h.n_owning), float(r.trial.gpu_equivalents),
                                                     _DEMAND_LABELS.get(dcol, dcol.replace("_", " "))),
                              caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, hourly means of "
                                      f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1."))
@@ -561,7 +568,7 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         years = c.horizon_months / 12
         step("chart: break-even")
         charts_.append(Chart("break-even", "Break-even curve",
-                             charts.break_even_curve(be.curve.values(k.HELD_UTILIZATION),
+                             **_svgs(charts.break_even_curve, be.curve.values(k.HELD_UTILIZATION),
                                                      be.curve.values(k.CLOUD_USD_PER_GPU_YEAR),
                                                      be.curve.values(k.OWNED_USD_PER_GPU_YEAR), be.measured_held,
                                                      None if be.never else u_star, "USD per GPU-year (PV)",
@@ -577,7 +584,7 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     if h.curve.rows:
         step("chart: hybrid cost curve")
         charts_.append(Chart("hybrid-curve", "Hybrid cost by owned GPUs",
-                             charts.cost_curve([float(x[n_col]) for x in h.curve.rows],
+                             **_svgs(charts.cost_curve, [float(x[n_col]) for x in h.curve.rows],
                                                [float(x.get(cost_col) or 0) for x in h.curve.rows],
                                                float(h.n_star), f"USD over {c.horizon_months} months (PV)"),
                              caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N "
@@ -675,7 +682,7 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     step("chart: cost per scenario")
     ids = [s.id for s in base]
     chart = Chart("costs", "Cost per scenario",
-                  charts.cost_scenarios([s.label for s in base], [s.total.value or 0 for s in base],
+                  **_svgs(charts.cost_scenarios, [s.label for s in base], [s.total.value or 0 for s in base],
                                         ids.index(c.cheapest) if c.cheapest in ids else None,
                                         f"USD over {months} months (PV)"))
     figs = [
@@ -723,7 +730,7 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
-            charts.tornado([str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
+            **_svgs(charts.tornado, [str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
                            [float(x.get(high) or 0) for x in t.rows], base_value,
                            f"{plan_name}: margin over the next cheapest plan, USD",
                            f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
