@@ -50,3 +50,30 @@ def test_the_report_says_the_action_in_counts_and_one_answer_per_question() -> N
     assert f"${flexible:,.2f}/GPU-h" in dollars.source and "flexible price" in dollars.source
     card = next(f for label, f in figs.items() if label.startswith("Cloud flexible price per GPU-hour"))
     assert card.text == fmt.unit_value(flexible, "USD/GPU-h")
+
+
+def test_markdown_folds_each_figures_formula_into_how_computed() -> None:
+    """The Markdown report printed each headline figure's formula and SQL file names beside it ("14.0 % — S / W
+    — gpu_samples via sql/analysis_streams.sql …"), where the HTML folds them into a "how computed" disclosure:
+    now the Markdown folds them too, one <details> block under each list or table of figures, every figure's
+    source in it, escaped like every other value."""
+    from gpuaudit.report.render import md_escape, render_markdown
+
+    report = build_report(analyze_rollups(rollups(_half_idle()), load_config()), version="t")
+    md = render_markdown(report)
+    blocks = md.split("<details><summary>How computed</summary>")
+    assert len(blocks) - 1 == 1 + sum(1 for s in report.sections if s.figures)  # the verdict's and each section's
+    for block in blocks[1:]:
+        assert "</details>" in block
+    folded = "".join(b.split("</details>")[0] for b in blocks[1:])
+    shown = blocks[0] + "".join(b.split("</details>", 1)[1] for b in blocks[1:])
+    for f in [*report.verdict.figures, *(f for s in report.sections for f in s.figures)]:
+        assert f"- {md_escape(f.label)}: {md_escape(f.source)}" in folded, f.label
+    # shown: the label and the value only
+    for f in report.verdict.figures:
+        assert f"- {md_escape(f.label)}: **{md_escape(f.text)}**\n" in shown, f.label
+    for f in (f for s in report.sections for f in s.figures):
+        value = f"**{md_escape(f.text)}**" if f.emphasis else md_escape(f.text)
+        assert f"| {md_escape(f.label)} | {value} |\n" in shown, f.label
+    # the jargon a headline uses is explained where it is first shown, not only in the fold
+    assert "pp = percentage points" in blocks[0]
