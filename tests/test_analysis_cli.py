@@ -116,3 +116,21 @@ def test_latency_sensitive_share_option(root) -> None:  # type: ignore[no-untype
         assert proc.returncode == 2, bad
         assert "latency-sensitive" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_a_bad_option_is_refused_before_the_dataset_is_read(root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A bad --latency-sensitive-share (or --egress-gb-per-week) was refused only after stage 1 had scanned the
+    whole dataset (minutes at 100 M rows): now before it. Stage 1 here records that it ran."""
+    from gpuaudit.analysis import pipeline
+    from gpuaudit.errors import GpuauditError
+
+    scanned: list[object] = []
+    real = pipeline.load_rollups
+    monkeypatch.setattr(pipeline, "load_rollups", lambda *a, **k: scanned.append(a) or real(*a, **k))
+    for bad in ({"latency_sensitive_share": 2.0}, {"egress_gb_per_week": -1.0},
+                {"latency_sensitive": True, "latency_sensitive_share": 0.5}):
+        with pytest.raises(GpuauditError):
+            pipeline.analyze(root, **bad)  # type: ignore[arg-type]
+    assert scanned == []
+    pipeline.analyze(root, latency_sensitive_share=0.5)
+    assert len(scanned) == 1  # a good option still reads the dataset

@@ -523,3 +523,26 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
         if granularity == "gpu":
             assert rent(k) == pytest.approx(be.own_usd, rel=1e-9)
         assert (be.measured_held < be.held) == (be.verdict == "cloud")
+
+
+def test_article_preset_reproduces_its_on_prem_total_through_the_analyzer() -> None:
+    """The article test called costs.cloud_cost / on_prem_cost, which the analyzer never calls: it could pass
+    while the analyzer drifted. End to end: 100 GPUs held 40 h of a 168 h week, a new build (--current cloud),
+    --preset article: all on-prem is the article's $1,710,480.00 exactly; all cloud is the article's formula over
+    the analyzer's 730 h months (208,571 GPU-hours a year, not the article's 52 weeks' 208,000)."""
+    from tests.analysis_helpers import gpu_rows, rollups
+
+    from gpuaudit.analysis import analyze_rollups
+
+    def held(i: int) -> int:
+        return int(i < 40 * 12)  # the first 40 h of the week, 300 s samples
+
+    rows = [r for g in range(100) for r in gpu_rows(f"n{g // 8}", f"G-{g}", 7 * 288, interval_s=300,
+                                                     sm=lambda i: 0.9 if held(i) else 0.0, procs=held)]
+    r = analyze_rollups(rollups(rows), load_config(preset="article"), current="cloud")
+    by_id = {s.id: s for s in r.costs.scenarios}
+    assert by_id["all-on-prem"].owned_gpus == 100
+    assert round(by_id["all-on-prem"].total.value or 0.0, 2) == 1_710_480.00
+    mean_gpus = 100 * 40 / 168
+    assert by_id["all-cloud"].total.value == pytest.approx(mean_gpus * 730 * 12 * 14 + 0.10 * 500 * 52 + 2000,
+                                                           abs=0.01)

@@ -109,5 +109,8 @@ def test_a_stated_latency_sensitive_share_stays_on_owned_gpus() -> None:
 def test_the_latency_sensitive_share_is_said_beside_the_decision() -> None:
     """A stated share changes which plans are allowed: the decision's caveats say so, in the share's words."""
     r = analyze_rollups(rollups(_bursty_fleet()), _cfg().replace("decision", latency_sensitive_share=0.4))
-    assert any("40% of demand is latency-sensitive" in c for c in r.decision.caveats), r.decision.caveats
+    assert any("40 % of demand is latency-sensitive" in c for c in r.decision.caveats), r.decision.caveats
     assert not any("latency" in c for c in analyze_rollups(rollups(_bursty_fleet()), _cfg()).decision.caveats)
+    # a share is never rounded into a different claim (0 % beside a plan it rules out, 100 % where renting is fine)
+    tiny = analyze_rollups(rollups(_bursty_fleet()), _cfg().replace("decision", latency_sensitive_share=0.001))
+    assert any("0.1 % of demand is latency-sensitive" in c for c in tiny.decision.caveats), tiny.decision.caveats

@@ -241,3 +241,19 @@ def test_mig_allocation_counts_its_share_of_a_gpu() -> None:
     assert led.scheduler_gpu_hours.value == pytest.approx(2 * 3 / 7)
     slice2 = m.gpu_hours.filter(pl.col("mig_instance") == 2)
     assert slice2["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_bucket_the_trial_only_partly_covers_bills_only_its_observed_allocation(tmp_path: Path) -> None:
+    """The demo read "demand peaked at 140 GPUs" on a 64-GPU fleet, and all on-prem bought 140: the trial's first
+    300 s bucket held 60 s of samples (a fifth of the GPUs reporting, time-weighted) but the whole bucket's
+    allocations, scaled × fleet ÷ reporting. Allocations count only inside the trial, and the billed demand never
+    exceeds the GPUs that reported."""
+    start = T0 + dt.timedelta(seconds=240)  # the first sample ends 60 s before the first 300 s bucket does
+    samples = [r for g in range(4) for r in gpu_rows("n1", f"p{g}", 4 * 60, start=start, procs=0)]
+    allocs = [_alloc("700", "n1", 4, 0, 6)]  # all 4 GPUs allocated from before the trial to after it
+    write(tmp_path, samples)
+    write_allocations(tmp_path, frame(allocs), "slurm")
+    r = analyze(tmp_path)
+    assert r.hybrid.peak_demand.value == pytest.approx(4.0, abs=1e-6)  # it was 4 ÷ (60/300) = 20
+    by_id = {s.id: s for s in r.costs.scenarios}
+    assert by_id["all-on-prem"].owned_gpus == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -100,3 +101,29 @@ def test_report_package_stays_out_of_the_cli_and_nvml() -> None:
     code = "import sys, gpuaudit.cli.report; print('matplotlib' in sys.modules, 'jinja2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False False"
+
+
+def test_inlining_a_chart_leaves_its_labels_text_alone() -> None:
+    """A user named `bob id="x" url(#y)` showed in the HTML chart as `bob id="chart-idle-by-user-x" ...`: the id
+    prefixing ran over text too (text escapes & < > but not quotes). Ids are prefixed in tags only."""
+    from gpuaudit.report import charts
+
+    name = 'bob id="x" url(#y) href="#z"'
+    svg = charts.top_bars([name], [5.0], "Idle-held GPU-hours by user", "GPU-hours")
+    html = charts.inline(svg, "t", prefix="chart-p")
+    assert 'bob id="x" url(#y) href="#z"' in html.replace("&quot;", '"')
+    assert 'id="chart-p-x"' not in html and "url(#chart-p-y)" not in html and "#chart-p-z" not in html
+    ids = re.findall(r'<[^>]*\bid="([^"]+)"', html)
+    assert ids and all(i.startswith("chart-p-") for i in ids)  # the chart's own ids are still prefixed
+
+
+def test_a_phone_charts_label_never_splits_a_visible_escape() -> None:
+    """A user `ml-research-alpha\\u202egnp.exe` (a bidi override, shown escaped) wrapped on the phone chart into
+    `ml-research-alpha\\` / `u202egnp.exe`: read as another name. An escape is one unit of the wrap."""
+    from gpuaudit.report import charts
+
+    for raw, escape in (("ml-research-alpha\u202egnp.exe", "\\u202e"), ("abcdefghijklmnop\x1bq", "\\x1b")):
+        wrapped = charts.narrow(charts._short, raw)
+        assert escape in wrapped.replace("\n", "") and all(
+            escape in line or "\\" not in line for line in wrapped.split("\n")), wrapped
+        assert len(wrapped.split("\n")) <= 2

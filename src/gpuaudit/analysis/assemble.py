@@ -36,7 +36,7 @@ from gpuaudit.analysis.result import (
     Trial,
     Utilization,
 )
-from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve
+from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve, payback_against
 from gpuaudit.analysis.stage1.rollup import Rollups
 
 
@@ -48,7 +48,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
              egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
-    costs_ = _costs(cfg, block, measured, tr.days)
+    costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
     charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
                            float(costs_.cloud_usd_per_gpu_hour.value or 0.0), cb.unheld_real_s(roll.gpu_hours))
     be = _break_even(block, t, use.real_is_upper_bound)
@@ -89,7 +89,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
     )
 
 
-def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Costs:
+def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phantom_gpu_hours: float) -> Costs:
     p = block.prices
     c = cfg.cloud
     tl = block.timeline
@@ -98,7 +98,8 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Cos
     ok = steady_rep > 1e-9
     scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
     # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
-    phantom = max(m.r - m.s, 0.0) * p.flexible
+    # utilization.phantom_gpu_hours (R − S of the hours processes held), the figure the report prints beside it
+    phantom = phantom_gpu_hours * p.flexible
     phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"
     return Costs(
         horizon_months=cfg.analysis.horizon_months,
@@ -133,6 +134,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float) -> Cos
         owned_gpus=block.fleet.existing,
         pack_factor=block.pack_factor,
         reserved_gpus=block.plan.reserved_gpus,
+        payback_against=payback_against(m.current),
         cloud_reserved_usd_per_gpu_hour=Figure(p.reserved, "USD/GPU-h", "list × cloud.reserved_multiplier", "config",
                                                "A reserved GPU-hour, paid every hour of the term."),
         cloud_flexible_usd_per_gpu_hour=Figure(
@@ -194,7 +196,7 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     basis = "held"  # what the cloud bills: every plan is priced on it
     src = f"fleet demand series ({basis}), {bucket_s:g} s buckets, scaled to the fleet"
     return HybridSizing(
-        n_star=sz.n_star, critical_fractile_n=sz.critical_fractile_n,
+        n_star=sz.n_star, critical_fractile_n=sz.critical_fractile_n, min_owned_gpus=sz.min_owned,
         cost_ratio_u=Figure(sz.u, "", "cloud flexible $/GPU-h ÷ owned marginal $/GPU-h", "cost model",
                             "How many times dearer a flexible cloud GPU-hour is than a new owned one."),
         fractile=Figure(fractile, "fraction", "1 / U", "cost model",
@@ -229,7 +231,8 @@ def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | Non
                 source = "--fleet-gpus"
             out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, unit_of(key), source))
     out += [
-        Assumption("input.latency_sensitive", latency, "", "--latency-sensitive"),
+        # any latency-sensitive work: read off the share, whichever way it was set (its own row names the source)
+        Assumption("input.latency_sensitive", latency, "", "decision.latency_sensitive_share > 0"),
         Assumption("input.data_residency", residency, "", "--data-residency"),
         Assumption("input.current", current.value, "", "--current"),
     ]

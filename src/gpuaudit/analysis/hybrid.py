@@ -46,6 +46,7 @@ class Sizing:
     owned_usd: np.ndarray
     cloud_usd: np.ndarray
     overflow_gpu_hours: np.ndarray  # horizon GPU-hours rented at each N
+    min_owned: int = 0  # no N below it could be chosen (the latency floor)
 
     @property
     def total_usd(self) -> np.ndarray:
@@ -222,7 +223,8 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     watts = pm.average_w  # the cross-checks price one more GPU at the fleet's average power
     own_new = costs.owned_marginal_per_hour(cfg, tl, watts)
     own_keep = costs.owned_marginal_per_hour(cfg, tl, watts, keep=True, existing_age_years=existing_age_years)
-    fractile = critical_fractile_n(d, cloud_rate, own_new, keep_rate=own_keep, existing=existing)
+    # the cross-check answers the same constrained question: no fewer GPUs than the floor
+    fractile = max(critical_fractile_n(d, cloud_rate, own_new, keep_rate=own_keep, existing=existing), floor)
     u = cloud_rate / own_new if own_new > 0 else math.inf
     fixed = costs.owned_fixed(cfg, tl, existing)
     saving = (cloud_rate - (own_keep if existing > 0 else own_new)) * tl.annuity * costs.HOURS_PER_MONTH
@@ -234,5 +236,5 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     return Sizing(
         n_star=n_star, n_owning=n_owning, critical_fractile_n=fractile, u=u, fixed_usd=fixed, hurdle_gpus=hurdle,
         agrees=abs(n_owning - fractile) <= tolerance, tolerance=tolerance, candidates=candidates,
-        owned_usd=owned, cloud_usd=cloud, overflow_gpu_hours=over * hours,
+        owned_usd=owned, cloud_usd=cloud, overflow_gpu_hours=over * hours, min_owned=floor,
     )

@@ -165,7 +165,9 @@ _DEFS = {
     "unallocated": "Observed GPU-hours no job was allocated and no process held.",
     "allocated_no_process": "Allocated by the scheduler, but no process ran on the GPU (an idle interactive "
                             "allocation, a job waiting for data, a GPU requested and never used).",
-    "held_idle": "A process held the GPU while its SMs were idle (debugging, data loading, idle notebooks).",
+    "held_idle": "Held but did no work: the time a process held the GPU minus its SM-active time (R − S: debugging, "
+                 "data loading, idle notebooks, kernels that use few SMs); idle-held hours are its part with the SMs "
+                 "fully idle.",
     "productive": "SM activity: the compute actually used.",
 }
 
@@ -261,13 +263,17 @@ def _per_week(g: pl.DataFrame) -> Table:
 
 
 def billed_series(alloc: pl.DataFrame | None, hosts: frozenset[str], bucket_starts: np.ndarray,
-                  bucket_s: float) -> np.ndarray | None:
+                  bucket_s: float, window: tuple[float, float] | None = None) -> np.ndarray | None:
     """Allocated GPUs per demand bucket (mean over each bucket) on the hosts with telemetry, or None without
-    allocations: exact integration of the step function Σ gpus over [start, end) of every allocation."""
+    allocations: exact integration of the step function Σ gpus over [start, end) of every allocation, inside
+    `window` (the trial: a bucket the trial covers in part is measured, and billed, only for that part)."""
     if not has_allocations(alloc) or not hosts or not len(bucket_starts):
         return None
     assert alloc is not None
-    a = alloc.filter(pl.col("host").is_in(list(hosts)) & (pl.col("end_s") > pl.col("start_s")))
+    a = alloc.filter(pl.col("host").is_in(list(hosts)))
+    if window is not None:
+        a = a.with_columns(pl.col("start_s").clip(lower_bound=window[0]), pl.col("end_s").clip(upper_bound=window[1]))
+    a = a.filter(pl.col("end_s") > pl.col("start_s"))
     if not a.height:
         return None
     times = np.concatenate([a["start_s"].to_numpy(), a["end_s"].to_numpy()]).astype(float)
@@ -293,14 +299,17 @@ def allocated_utilization(led: Ledger) -> Figure:
                      if inferred else "."))
 
 
-def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float
-                  ) -> tuple[np.ndarray, float]:
+def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float,
+                  window: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
     """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: held by processes, or, where the
     scheduler allocated more, the allocation (per bucket the larger of the two; hosts without allocations
-    contribute what processes held)."""
+    contribute what processes held), never more than the GPUs that reported in the bucket (an allocation on a GPU
+    that did not report is not measured: the fleet scaling extrapolates it, and scaled above the GPUs reporting
+    it would need more GPUs than exist). `window`: the trial (see billed_series)."""
     held = demand["gpus_held"].to_numpy().astype(float)
-    allocated = billed_series(alloc, m.basis_hosts, demand["bucket_s"].to_numpy(), bucket_s)
+    allocated = billed_series(alloc, m.basis_hosts, demand["bucket_s"].to_numpy(), bucket_s, window)
     if allocated is None:
         return held, held_r
-    billed = np.maximum(held, allocated)
+    reporting = demand["gpus_reporting"].to_numpy().astype(float)
+    billed = np.maximum(held, np.minimum(allocated, reporting))
     return billed, float(billed.sum() * bucket_s / H)

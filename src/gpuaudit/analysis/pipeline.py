@@ -19,7 +19,7 @@ from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_
 from gpuaudit.analysis.config import Config, bounds, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
-from gpuaudit.analysis.recommend import Evidence, recommend
+from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import (
     AnalysisResult,
     Consolidation,
@@ -66,6 +66,8 @@ def analyze(
     if engine not in ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     cfg = config or load_config()
+    # bad options fail before the scan (minutes on a large dataset), not after it
+    _apply_flags(cfg, egress_gb_per_week, fleet_gpus, current, latency_sensitive, latency_sensitive_share)
     if engine == "spark":
         from gpuaudit.analysis.stage1.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
 
@@ -114,7 +116,8 @@ def analyze_rollups(
     use = dataclasses.replace(use, allocated_utilization=lg.allocated_utilization(led))
     demand, bucket_s = ut.demand_series(roll)
     # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
-    billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r)
+    billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r,
+                                        (tr.start.timestamp(), tr.end.timestamp()))
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
@@ -151,7 +154,11 @@ def analyze_rollups(
     sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed)
     conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
                                          sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
-    tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block)
+    # the tornado is about the plan the recommendation names: after a tie, staying as is
+    tie_keep, _tie_usd = keeps_what_you_have(block.scenarios, block.cheapest, cfg.decision.tie_fraction,
+                                             _spread(sample, a.confidence_level), data_residency)
+    tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block,
+                            plan="stay-as-is" if tie_keep else block.cheapest)
     sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
                        growth=growth_table(cfg, measured, a.growth_rates))
     evidence = Evidence(
@@ -218,7 +225,8 @@ def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, deci
     scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
     rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
     return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
-                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user)
+                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, latency_share=m.latency_share,
+                       data_residency=m.data_residency)
 
 
 def _check_finite(t: ut.Totals) -> None:

@@ -24,6 +24,7 @@ from gpuaudit.analysis.result import (
     RuleFired,
     Trial,
 )
+from gpuaudit.util import fmt
 
 _LEVELS = ("low", "medium", "high")
 # What the reader should do, per rule (the rule id and its figures are shown next to the headline).
@@ -85,8 +86,9 @@ def _gpus(n: float) -> str:
     return f"{text} GPU" + ("" if n == 1 else "s")
 
 
-def action(s: CostScenario, owned_today: int, months: int) -> str:
-    """The plan in counts, as a CFO would say it: what to sell, keep or buy, and what to reserve or rent."""
+def action(s: CostScenario, owned_today: int, months: int, current: Deployment = Deployment.ON_PREM) -> str:
+    """The plan in counts, as a CFO would say it: what to sell, keep or buy, and what to reserve or rent (staying
+    in the cloud rents the instances that run, not only what jobs hold)."""
     n, e = s.owned_gpus, owned_today
     parts = []
     if e > 0 and n < e:
@@ -99,7 +101,8 @@ def action(s: CostScenario, owned_today: int, months: int) -> str:
         parts.append(f"keep your {e:,} GPUs")
     hours = s.cloud_gpu_hours / (730.0 * months) if months else 0.0  # GPUs rented on average
     if hours > 1e-9:
-        rest = "the rest" if n > 0 else "what jobs hold"
+        rest = ("the instances that run today" if s.id == "stay-as-is" and current is Deployment.CLOUD
+                else "the rest" if n > 0 else "what jobs hold")
         if s.reserved_gpus > 1e-9:
             parts.append(f"reserve {_gpus(s.reserved_gpus)} around the clock and rent {rest} flexibly (on average "
                          f"{_gpus(hours)} rented)")
@@ -108,6 +111,20 @@ def action(s: CostScenario, owned_today: int, months: int) -> str:
     elif n > 0 and not parts:
         parts.append(f"own {_gpus(n)}")
     return ", ".join(parts)
+
+
+def keeps_what_you_have(scenarios: Sequence[CostScenario], cheapest: str, tie_fraction: float, spread_usd: float,
+                        residency: bool = False) -> tuple[bool, float]:
+    """(whether the recommendation keeps what you have, the tie tolerance $): a plan that beats staying as is by
+    no more than the model's own uncertainty (max($1, tie_fraction × staying's total, the day-resample spread))
+    is a tie, and a tie keeps what you have."""
+    by_id = {s.id: s for s in scenarios}
+    stay, best = by_id.get("stay-as-is"), by_id[cheapest]
+    if stay is None:
+        return False, 0.0
+    tie_usd = max(1.0, tie_fraction * abs(stay.total.value or 0.0), spread_usd)
+    saving = float((stay.total.value or 0.0) - (best.total.value or 0.0))
+    return (stay.allowed and best.id != "stay-as-is" and saving <= tie_usd and not residency), tie_usd
 
 
 def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial, scenarios: Sequence[CostScenario],
@@ -122,10 +139,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
 
     stay = by_id.get("stay-as-is")
     saving = float((stay.total.value or 0.0) - (best.total.value or 0.0)) if stay else 0.0
-    # A difference inside the model's own uncertainty is a tie: keep what you have.
-    tie_usd = max(1.0, ev.tie_fraction * abs(stay.total.value or 0.0), ev.spread_usd) if stay else 0.0
-    tie_keep = (stay is not None and stay.allowed and best.id != "stay-as-is" and saving <= tie_usd
-                and not residency)
+    tie_keep, tie_usd = keeps_what_you_have(scenarios, cheapest, ev.tie_fraction, ev.spread_usd, residency)
     if tie_keep and stay is not None:
         runner_up = best
         best = stay
@@ -136,7 +150,10 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     # The rule's own plan costing the same as the cheapest (a hybrid whose best split owns the whole peak is
     # staying on-prem) is agreement, not a "$0 cheaper" disagreement.
     tie = determined and tree_pool != [] and versus_tree <= max(1.0, 1e-9 * abs(best.total.value or 0.0))
-    agrees = residency or (determined and (cost_branch == fired.branch.value or tie))
+    # The rule's branch with no allowed plan (latency-sensitive work the rule would rent): the constraint decides,
+    # as data residency does; there is nothing to disagree with.
+    forbidden = determined and not tree_pool and not residency
+    agrees = residency or forbidden or (determined and (cost_branch == fired.branch.value or tie))
     recommendation = Branch.ON_PREM.value if residency else cost_branch
     months = ev.horizon_months
 
@@ -144,7 +161,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     caveats.extend(ev.model_caveats)
     share = inputs.latency_sensitive_share
     if share > 0:
-        caveats.append(("all work is" if share >= 1 else f"{share:.0%} of demand is") + " latency-sensitive: it "
+        caveats.append(("all work is" if share >= 1 else f"{fmt.share(share)} of demand is") + " latency-sensitive: it "
                        "stays on owned GPUs, and plans that would rent it are not allowed")
     if trial.provisional:
         caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
@@ -158,14 +175,16 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
                     f"{runner_up.label.lower()}, saves {_usd(saving)}: inside the cost model's uncertainty).")
     else:
         headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months,
-                             residency, agrees, tie and cost_branch != fired.branch.value)
-    level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired)
+                             residency, agrees, tie and cost_branch != fired.branch.value, forbidden)
+    renting = any(s.id == "all-cloud" and s.allowed for s in scenarios)
+    level = _confidence(tree, determined, agrees, cost_branch, residency, trial, ev, fired, renting)
     return Decision(
         branch=fired.branch, rule=fired, inputs=inputs, caveats=tuple(caveats), provisional=trial.provisional,
         reevaluate_on=trial.reevaluate_on, cheapest_scenario=cheapest, agrees_with_costs=agrees, headline=headline,
         possible_branches=tuple(tree), determined=determined, cost_branch=cost_branch,
         recommendation=recommendation, saving_usd=saving, versus_tree_usd=versus_tree, confidence=level,
-        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd, action=action(best, owned_today, months),
+        recommended_scenario=best.id, tie=tie_keep, tie_usd=tie_usd,
+        action=action(best, owned_today, months, current),
     )
 
 
@@ -184,19 +203,37 @@ def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
             "everywhere: duty cycle gives only an upper bound)")
 
 
+def constraint_text(inputs: DecisionInputs) -> str:
+    """What rules renting out, in words ("" when nothing does)."""
+    share = inputs.latency_sensitive_share
+    if inputs.data_residency:
+        return "data residency forbids renting"
+    if share >= 1:
+        return "all work is latency-sensitive and must run on owned GPUs"
+    if share > 0:
+        return f"{fmt.share(share)} of demand is latency-sensitive and must run on owned GPUs"
+    return ""
+
+
 def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay: CostScenario | None, tree: list[str],
               tree_best: CostScenario, saving: float, versus_tree: float, ev: Evidence, months: int,
-              residency: bool, agrees: bool, same_cost: bool = False) -> str:
+              residency: bool, agrees: bool, same_cost: bool = False, forbidden: bool = False) -> str:
     util = _utilization_text(inputs, ev)
     at_prices = f"at your prices {best.label.lower()}"
     if stay is not None and best.id != "stay-as-is":
         vs_stay = (f"{_usd(saving)} less than staying as is" if saving >= 0
                    else f"{_usd(saving)} more than staying as is")
         costs = f"{at_prices} is the cheapest option, {vs_stay} over {months} months"
+        if not stay.allowed and not residency:  # said, never left for the cost table to explain
+            costs = (f"staying as is is not allowed ({constraint_text(inputs)}): {at_prices} is the cheapest "
+                     f"allowed option, {vs_stay} over {months} months")
     else:
         costs = f"at your prices staying as is is the cheapest option over {months} months"
     if residency:
         return f"Data residency forbids the cloud: on-prem; {costs.replace('option', 'option that rents nothing')}."
+    if forbidden:
+        return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}, but "
+                f"{constraint_text(inputs)}, so no plan may rent it; {costs}.")
     if len(tree) > 1:
         allowed = " or ".join(_BRANCH_WORDS[b] for b in tree)
         return (f"{util[0].upper()}{util[1:]}: the utilization rule allows {allowed}; {costs}. Measure SM activity "
@@ -217,7 +254,7 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
 
 
 def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: str, residency: bool, trial: Trial,
-                ev: Evidence, fired: RuleFired) -> ConfidenceLevel:
+                ev: Evidence, fired: RuleFired, renting_allowed: bool = True) -> ConfidenceLevel:
     level = 2
     reasons: list[str] = []
 
@@ -249,7 +286,8 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
     elif c.resamples and c.cheapest_flip_share >= 0.05:
         cap(1, f"the cheapest scenario changes in {c.cheapest_flip_share:.0%} of day-resamples")
     d = c.cost_difference_usd
-    if c.resamples and d.low is not None and d.high is not None and d.low < 0 < d.high:
+    # the interval of a plan nobody may choose (renting all, under residency or latency) says nothing here
+    if renting_allowed and c.resamples and d.low is not None and d.high is not None and d.low < 0 < d.high:
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:

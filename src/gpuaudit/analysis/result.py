@@ -536,7 +536,8 @@ class CostScenario:
     # Cash, not present value: what leaves (or comes back: GPUs sold now, resale) each month of the horizon,
     # month 0 first (capital paid up front in month 0, instalments over the hardware's life when spread, resale
     # in the last month); capex_usd: the new hardware and network bought; payback_months: for a plan that buys, when its
-    # cumulative cash (resale left out) falls to all cloud's (simple payback; None: not within the horizon)
+    # cumulative cash (resale left out) falls to the renting plan's (Costs.payback_against; None: not within the
+    # horizon)
     reserved_gpus: float = 0.0  # GPUs it reserves around the clock (what is cheaper reserved)
     cash_usd_by_month: tuple[float, ...] = ()
     capex_usd: float = 0.0
@@ -583,6 +584,8 @@ class Costs:
     cloud_flexible_usd_per_gpu_hour: Figure
     phantom_usd: Figure  # the trial's phantom GPU-hours (R − S) at the cloud's effective rate
     phantom_usd_per_year: Figure  # the same, scaled to a year (HOURS_PER_YEAR ÷ trial hours)
+    # the renting plan each purchase's payback_months is measured against (staying, for a fleet that rents today)
+    payback_against: str = "all-cloud"
 
 
 @dataclass(frozen=True)
@@ -648,6 +651,9 @@ class HybridSizing:
     tolerance: int
     fixed_cost_usd: float
     hurdle_gpus: Figure
+    # the fewest GPUs the hybrid may own: the latency-sensitive share's peak (0 without one); N* and n_owning are
+    # the best N at or above it, and the critical fractile is raised to it
+    min_owned_gpus: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from gpuaudit.analysis.result import (
     TableColumn,
     TornadoColumns,
 )
+from gpuaudit.util import fmt
 
 SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
 WHAT_IF_ORDER = ("all-cloud-if-packed", "all-on-prem-if-packed", "hybrid-if-packed")
@@ -126,12 +127,12 @@ def fleet(cfg: Config, m: Measured) -> Fleet:
     return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years, min(elastic, capacity))
 
 
-def latency_floor(m: Measured, series: np.ndarray) -> int:
-    """The GPUs a plan serving `series` must own for its latency-sensitive share (which never bursts): the
+def latency_floor(share: float, series: np.ndarray) -> int:
+    """The GPUs a plan serving `series` must own for its latency-sensitive `share` (which never bursts): the
     share's peak, whole GPUs; 0 when no work is latency-sensitive."""
-    if m.latency_share <= 0 or not series.size:
+    if share <= 0 or not series.size:
         return 0
-    return max(1, math.ceil(float(series.max()) * m.latency_share - 1e-9))
+    return max(1, math.ceil(float(series.max()) * share - 1e-9))
 
 
 def _allowed(m: Measured, s: CostScenario, floor: int) -> bool:
@@ -218,7 +219,7 @@ def _gpus(n: int) -> str:
 def _floor_note(m: Measured, floor: int) -> str:
     if m.latency_share <= 0 or floor <= 0:
         return ""
-    return (f" (at least {_gpus(floor)}: the latency-sensitive {m.latency_share:.0%} of demand peaks there and "
+    return (f" (at least {_gpus(floor)}: the latency-sensitive {fmt.share(m.latency_share)} of demand peaks there and "
             "never bursts)")
 
 
@@ -322,7 +323,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     out.append(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n_peak}).", 0.0, n_peak,
                          own(n_peak), "owned cost(ceil(peak demand))", tl))
     # hybrid
-    floor = latency_floor(m, held)
+    floor = latency_floor(m.latency_share, held)
     sizing = size(cfg, tl, held, _sum(all_cloud), power, fl.existing, fl.age_years, min_owned=floor)
     n_h = max(1, sizing.n_owning)
     bill_h, k_h, over_h = _cloud_of(cfg, tl, held - n_h, prices)
@@ -345,7 +346,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
                              f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp, held_p),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
-        floor_p = latency_floor(m, held_p)
+        floor_p = latency_floor(m.latency_share, held_p)
         sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years,
                     min_owned=floor_p)
         n_hp = max(1, sz_p.n_owning)
@@ -355,10 +356,10 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
-    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl)
+    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl, payback_against(m.current))
     if m.data_residency or m.latency_share > 0:  # data that must stay, or latency-bound work, limit renting
-        floors = {"all-cloud-if-packed": latency_floor(m, held * pack), "all-on-prem-if-packed": 0,
-                  "hybrid-if-packed": latency_floor(m, held * pack)}
+        packed = latency_floor(m.latency_share, held * pack)
+        floors = {"all-cloud-if-packed": packed, "all-on-prem-if-packed": 0, "hybrid-if-packed": packed}
         out = [dataclasses.replace(s, allowed=_allowed(m, s, floors.get(s.id, floor))) for s in out]
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
@@ -424,10 +425,17 @@ def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
     return float(i + (before / step if step > 0 else 0.0))
 
 
-def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet) -> list[CostScenario]:
+def payback_against(current: Deployment) -> str:
+    """The renting plan a purchase pays back against: what the fleet pays today when it rents (staying in the
+    cloud: all cloud there may be a change of behaviour, or not allowed), renting everything when it is owned."""
+    return "stay-as-is" if current is Deployment.CLOUD else "all-cloud"
+
+
+def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet, against: str
+               ) -> list[CostScenario]:
     owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
     cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
-    rent = cash.get("all-cloud")
+    rent = cash.get(against)
     done = []
     for s in out:
         flows, capex, plain = cash[s.id]
@@ -527,19 +535,33 @@ def _within(u: float | None) -> float | None:
     return None if u is None or u > 1.0 else u
 
 
-def margin(block: CostBlock, plan: str) -> tuple[float, float]:
-    """(the cost of `plan`, the cheapest other allowed plan's cost − it) in `block`: a margin above 0 means `plan`
-    is still the cheapest. Both move the right way with each input: a dearer cloud raises a plan that rents."""
+def same_plan(a: CostScenario, b: CostScenario) -> bool:
+    """Two scenarios that own the same GPUs and rent the same GPU-hours are one plan under two names (staying
+    with 8 owned GPUs, and all on-prem at a peak of 8)."""
+    hours = max(abs(a.cloud_gpu_hours), abs(b.cloud_gpu_hours), 1.0)
+    return a.owned_gpus == b.owned_gpus and abs(a.cloud_gpu_hours - b.cloud_gpu_hours) <= 1e-6 * hours
+
+
+def margin(block: CostBlock, plan: str) -> tuple[float, float | None]:
+    """(the cost of `plan`, the cheapest different allowed plan's cost − it) in `block`: a margin above 0 means
+    `plan` is still the cheapest. Both move the right way with each input: a dearer cloud raises a plan that
+    rents. The same plan under another name is no runner-up (its margin would be 0 whatever the input); None
+    when no allowed plan differs from it."""
     own = total_of(block, plan)
-    others = [float(s.total.value or 0.0) for s in block.scenarios if s.allowed and not s.what_if and s.id != plan]
-    return own, (min(others) - own if others else 0.0)
+    me = next(s for s in block.scenarios if s.id == plan)
+    others = [float(s.total.value or 0.0) for s in block.scenarios
+              if s.allowed and not s.what_if and s.id != plan and not same_plan(s, me)]
+    return own, (min(others) - own if others else None)
 
 
-def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None) -> Table:
+def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None, plan: str | None = None
+            ) -> Table:
+    """Each input ±fraction on its own. `plan`: the recommended plan (default: the cheapest; after a tie,
+    staying as is), whose cost and margin over the cheapest different allowed plan the rows carry."""
     T = TornadoColumns
     base = base or cost_block(cfg, m, what_if=False)
     base_diff = cloud_minus_own(base)
-    plan = base.cheapest
+    plan = plan or base.cheapest
     base_plan, base_margin = margin(base, plan)
     rows: list[dict[str, Any]] = []
     for section, key, label in PARAMETERS:
@@ -559,7 +581,9 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
             T.BASE_DIFF_USD: base_diff, T.LOW_DIFF_USD: lo_diff, T.HIGH_DIFF_USD: hi_diff,
             T.PLAN: plan, T.BASE_PLAN_USD: base_plan, T.LOW_PLAN_USD: lo_plan, T.HIGH_PLAN_USD: hi_plan,
             T.BASE_MARGIN_USD: base_margin, T.LOW_MARGIN_USD: lo_margin, T.HIGH_MARGIN_USD: hi_margin,
-            T.SWING_USD: abs(hi_margin - lo_margin),
+            # without a different allowed plan the margin is undefined: the swing is the plan's own cost's
+            T.SWING_USD: abs(hi_margin - lo_margin) if hi_margin is not None and lo_margin is not None
+            else abs(hi_plan - lo_plan),
             T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
             T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),
             T.CHANGES_CHEAPEST: lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
@@ -578,10 +602,11 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         TableColumn(T.BASE_PLAN_USD, "USD", "its cost, configured inputs"),
         TableColumn(T.LOW_PLAN_USD, "USD", "its cost, this input low"),
         TableColumn(T.HIGH_PLAN_USD, "USD", "its cost, this input high"),
-        TableColumn(T.BASE_MARGIN_USD, "USD", "the cheapest other plan − it, configured inputs (> 0: it is cheapest)"),
-        TableColumn(T.LOW_MARGIN_USD, "USD", "the cheapest other plan − it, this input low"),
-        TableColumn(T.HIGH_MARGIN_USD, "USD", "the cheapest other plan − it, this input high"),
-        TableColumn(T.SWING_USD, "USD", "|high margin − low margin|"),
+        TableColumn(T.BASE_MARGIN_USD, "USD", "the cheapest different allowed plan − it, configured inputs (> 0: it "
+                    "is cheapest; empty: no allowed plan differs from it)"),
+        TableColumn(T.LOW_MARGIN_USD, "USD", "the cheapest different allowed plan − it, this input low"),
+        TableColumn(T.HIGH_MARGIN_USD, "USD", "the cheapest different allowed plan − it, this input high"),
+        TableColumn(T.SWING_USD, "USD", "|high margin − low margin| (without margins: |high cost − low cost|)"),
         TableColumn(T.CHEAPEST_LOW, "", "cheapest allowed scenario, this input low"),
         TableColumn(T.CHEAPEST_HIGH, "", "cheapest allowed scenario, this input high"),
         TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),

@@ -40,7 +40,7 @@ LatencyOption = typer.Option(
 LatencyShareOption = typer.Option(
     None, "--latency-sensitive-share", metavar="FRACTION",
     help="The share of demand (0-1) that is latency-sensitive: it stays on owned GPUs, the rest may burst "
-    "(default: decision.latency_sensitive_share, 0).", show_default=False,
+    "(default 0; in a config: [decision] latency_sensitive_share).", show_default=False,
 )
 ResidencyOption = typer.Option(
     False, "--data-residency", help="Data residency rules forbid the cloud: the decision is on-prem."

@@ -62,7 +62,7 @@ _NARROW: ContextVar[bool] = ContextVar("gpuaudit_chart_narrow", default=False)
 
 def narrow(draw: Callable[..., str], *args: Any, **kwargs: Any) -> str:
     """The chart `draw(*args, **kwargs)` drawn for a phone's width: the same fonts on a narrower figure, long
-    labels and titles wrapped, fewer ticks and legend columns (the HTML report shows it below 640 px)."""
+    labels and titles wrapped, fewer ticks and legend columns (the HTML report shows it below 760 px)."""
     token = _NARROW.set(True)
     try:
         return draw(*args, **kwargs)
@@ -134,9 +134,16 @@ def inline(svg: str, label: str, prefix: str = "c", css_class: str = "") -> str:
 
     body = svg[svg.index("<svg") :]
     body = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r"<svg\1", body, count=1)
-    body = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', body)
-    body = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", body)
-    body = re.sub(r'\b((?:xlink:)?href)="#([^"]+)"', rf'\1="#{prefix}-\2"', body)
+
+    def tag(m: re.Match[str]) -> str:
+        """Ids and references are rewritten in tags only: a label's text (`bob id="x"`, quotes are not escaped
+        in text) is data and stays as it is. A text node holds no `<` (the writer escapes it), so every
+        `<...>` is a tag."""
+        t = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', m.group(0))
+        t = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", t)
+        return re.sub(r'\b((?:xlink:)?href)="#([^"]+)"', rf'\1="#{prefix}-\2"', t)
+
+    body = re.sub(r"<[^>]*>", tag, body)
     cls = f' class="{escape(css_class)}"' if css_class else ""
     return body.replace("<svg", f'<svg{cls} role="img" aria-label="{escape(label)}"', 1)
 
@@ -153,11 +160,38 @@ def _short(label: str, limit: int = 28) -> str:
 
     label = printable(label)  # a name with control characters: shown escaped, not as missing glyphs
     if _is_narrow():
-        lines = textwrap.wrap(label, 18, break_long_words=True, break_on_hyphens=False) or [""]
-        if len(lines) > 2:
-            lines = [lines[0], lines[1][:17] + "…"]
-        return "\n".join(lines)
+        return _wrap2(label, 18)
     return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+# One visible escape (printable's `\x1b`, `\u202e`, `\U0001f600`) or one other character: the units a label is
+# wrapped in, so that no line break splits an escape into what reads as another name.
+_UNIT = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})|.", re.S)
+
+
+def _wrap2(label: str, width: int) -> str:
+    """`label` on at most two lines of about `width` characters: broken at a space where one is near, else
+    anywhere between two units (an escape is one unit), the rest cut with "…"."""
+    units = _UNIT.findall(label)
+    lines: list[str] = []
+    while units and len(lines) < 2:
+        size, cut = 0, 0
+        for i, u in enumerate(units):
+            if size + len(u) > width and i > 0:
+                break
+            size += len(u)
+            cut = i + 1
+        spaces = [i for i in range(cut) if units[i] == " "] if cut < len(units) else []
+        if spaces and spaces[-1] > 0:
+            cut = spaces[-1] + 1  # break after the last space that fits
+        lines.append("".join(units[:cut]).strip())
+        units = units[cut:]
+    if units:  # more than two lines' worth
+        last = _UNIT.findall(lines[-1])
+        while last and sum(map(len, last)) > width - 1:
+            last.pop()
+        lines[-1] = "".join(last) + "…"
+    return "\n".join(lines) or ""
 
 
 def utilization_bars(runtime_util: float, real_util: float, busy_util: float | None = None,
@@ -178,9 +212,8 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
         ax.barh(i, value, color=color, height=0.6)
         ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
     ax.set_yticks(range(len(rows)), [_short(r[0]) for r in rows])
-    top = runtime_util if allocated_util is None else max(allocated_util, runtime_util)
-    if top > real_util:
-        ax.axvspan(real_util, top, color=WASTE, alpha=0.08, lw=0)
+    if runtime_util > real_util:  # the band is the gap the title names: held-hour − real
+        ax.axvspan(real_util, runtime_util, color=WASTE, alpha=0.08, lw=0)
     gap = runtime_util - real_util  # the phantom gap is R/W - S/W, whatever the scheduler shows
     ax.set_xlim(0, 1.0)
     _pct_axis(ax.xaxis)

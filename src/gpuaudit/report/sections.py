@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuaudit import schema
+from gpuaudit.analysis.recommend import constraint_text
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     AnalysisResult,
@@ -106,9 +107,19 @@ def _fig(label: str, figure: Figure, *, emphasis: bool = False, text: str | None
     return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
 
 
-def _explained(f: KeyFigure, words: str) -> KeyFigure:
-    """The figure with its jargon explained in front of its formula."""
-    return KeyFigure(f.label, f.text, f"{words} — {f.source}", f.emphasis)
+def _scheduled(r: AnalysisResult) -> bool:
+    """Whether scheduler allocations were imported: then "believed" is what the scheduler shows (allocated)."""
+    return r.ledger is not None and r.ledger.basis != "processes" and r.utilization.allocated_utilization is not None
+
+
+def _believed_figure(r: AnalysisResult) -> KeyFigure:
+    """"Believed" utilization, one named quantity: what the scheduler shows (allocated ÷ W) when its allocations
+    were imported, else the held-hour utilization R/W (what runtime-hour accounting shows)."""
+    u = r.utilization
+    if _scheduled(r):
+        assert u.allocated_utilization is not None
+        return _fig("Believed: allocated (scheduler) utilization", u.allocated_utilization)
+    return _fig("Believed (held-hour) utilization R/W: hours a job held the GPU", u.runtime_utilization)
 
 
 def _cell(value: Any, unit: str) -> str:
@@ -220,9 +231,9 @@ def _verdict(r: AnalysisResult) -> Verdict:
                 if u.real_is_upper_bound else _fig("Real utilization (SM active)", u.real_utilization, emphasis=True))
     figs = [
         real_fig,
-        _fig("Believed (held-hour) utilization: hours a job held the GPU", u.runtime_utilization),
-        _explained(_fig("Phantom gap: believed − real utilization (pp = percentage points)", u.phantom_gap,
-                        text=fmt.pp(u.phantom_gap.value)), "believed − real utilization"),
+        _believed_figure(r),
+        _fig("Phantom gap: held-hour − real utilization, R/W − S/W (pp = percentage points)", u.phantom_gap,
+             text=fmt.pp(u.phantom_gap.value)),
         _cheapest_figure(r),
     ]
     lever = _lever_figure(r)
@@ -248,7 +259,8 @@ def _lever_figure(r: AnalysisResult) -> KeyFigure | None:
     """The consolidation lever beside the buy/rent answer: how many GPUs the work fits on, what that saves and
     how (never part of "cheapest": it changes how GPUs are held)."""
     c = r.consolidation
-    if c is None or c.saving_usd <= 0:
+    # a saving inside the cost model's own uncertainty (the tie tolerance) is no lever
+    if c is None or c.saving_usd <= max(r.decision.tie_usd, 0.0):
         return None
     how = "; ".join(c.how) if c.how else "pack the work onto fewer GPUs"
     return KeyFigure(
@@ -328,7 +340,7 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
     at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
     gap_hours = u.phantom_gpu_hours.value
     figs = [
-        _fig("Believed (held-hour) utilization R/W: hours a job held the GPU", u.runtime_utilization),
+        _believed_figure(r),
         _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
         _fig("Phantom gap R/W − S/W (pp = percentage points)", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
         KeyFigure("Held but did no work (R − S)", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
@@ -340,10 +352,9 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
         _fig("Kernel busy (duty cycle) B/W", u.busy_utilization),
     ]
     led = r.ledger
-    scheduled = led is not None and led.basis != "processes"
-    if scheduled and u.allocated_utilization is not None:
-        figs.insert(0, _fig("Believed: allocated (scheduler) utilization", u.allocated_utilization))
-        figs[1] = _fig("Held: runtime-hour utilization R/W", u.runtime_utilization)
+    scheduled = _scheduled(r)
+    if scheduled:
+        figs.insert(1, _fig("Held: runtime-hour utilization R/W", u.runtime_utilization))
     step("chart: believed vs real")
     chart = Chart(
         name="utilization",
@@ -528,8 +539,11 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                   emphasis=True),
         KeyFigure("Check: best hybrid (own N ≥ 1, rent above)", f"{h.n_owning:,}",
                   "N ≥ 1 minimizing owned cost(N) + cloud cost of demand above N over the fleet-scaled demand "
-                  f"series ({h.demand_basis}); the best N ≥ 0 (written N*) is {h.n_star:,} (0 = renting "
-                  "everything is cheapest)"),
+                  f"series ({h.demand_basis}); " + (
+                      f"the best N ≥ 0 (written N*) is {h.n_star:,} (0 = renting everything is cheapest)"
+                      if not h.min_owned_gpus else
+                      f"N is at least {h.min_owned_gpus:,}, the latency-sensitive share's peak (it never bursts): "
+                      f"the best such N (written N*) is {h.n_star:,}")),
         KeyFigure("Check: critical fractile (fixed costs left out)", f"{h.critical_fractile_n:,}",
                   f"largest N with demand ≥ N at least c_own/c_cloud of the time (fixed costs left out; "
                   f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
@@ -540,9 +554,14 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
         _fig("Break-even held-hour utilization", be.held_utilization, emphasis=True,
-             text="never (renting is cheaper even fully held)" if be.never else None),
-        KeyFigure("Measured held-hour (believed) utilization", fmt.pct(be.measured_held),
-                  "mean fleet-scaled GPUs held ÷ fleet GPUs: section 1's believed utilization R/W scaled to the "
+             text=("never (renting is cheaper even fully held" + ("; not allowed here)" if constraint_text(
+                 r.decision.inputs) else ")")) if be.never else None),
+        KeyFigure("Measured billed-hour utilization: held or, where larger, allocated" if _scheduled(r) else
+                  "Measured held-hour utilization (what the cloud would bill)", fmt.pct(be.measured_held),
+                  "mean fleet-scaled GPUs the cloud would bill ÷ fleet GPUs: per 300 s bucket the GPUs processes "
+                  "held or, where larger, the scheduler allocated (section 1's R/W and allocated utilization, "
+                  "scaled to the fleet)" if _scheduled(r) else
+                  "mean fleet-scaled GPUs held ÷ fleet GPUs: section 1's held-hour utilization R/W scaled to the "
                   "fleet, what the cloud would bill"),
         _fig("… as real utilization at today's efficiency", be.real_equivalent,
              text="never" if be.never else None),
@@ -602,6 +621,10 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     if be.never:
         lead = (f"Renting all of the demand is cheaper than {whole} even with every GPU held all the time, at these "
                 f"prices; the recommended plan is {_recommended_label(r)}.")
+    rule_out = constraint_text(r.decision.inputs)
+    if rule_out:  # the comparison is still shown, and why it does not decide is said beside it
+        lead += (f" Renting all of it is not allowed here ({rule_out}), so the recommended plan "
+                 f"({_recommended_label(r)}) is the cheapest of the plans that are.")
     return Section("demand", "Demand and sizing", lead, tuple(figs), tuple(charts_), tables)
 
 
@@ -667,8 +690,10 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 "money keeping them forgoes)",
     )
     years = max(1, -(-months // 12))
+    versus = _scenario(r, c.payback_against)
+    against = (versus.label if versus else c.payback_against).lower()
     cash = ReportTable(
-        columns=("scenario", "capex", "payback vs all cloud", *[f"year {y + 1}" for y in range(years)]),
+        columns=("scenario", "capex", f"payback vs {against}", *[f"year {y + 1}" for y in range(years)]),
         rows=tuple((s.label, fmt.money(s.capex_usd) if s.capex_usd else "—",
                     (f"{s.payback_months:.1f} months" if s.payback_months is not None else
                      f"not within {months} months" if s.capex_usd else "—"),
@@ -677,7 +702,7 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         numeric=(False, True, True, *[True] * years),
         caption="Cash, not present value: what each plan pays per year (capital when it is paid, resale back in the "
                 "last month); simple payback of each plan that buys hardware: the month its cumulative cash falls to "
-                "renting everything (resale left out)",
+                f"{against}'s, the renting plan available today (resale left out)",
     )
     step("chart: cost per scenario")
     ids = [s.id for s in base]
@@ -722,21 +747,28 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
     # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
     name, low, high, base = tc.PARAMETER, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD
-    t.require(name, low, high, base, tc.PLAN)
+    t.require(name, low, high, base, tc.PLAN, tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD)
     if t.rows:
-        base_value = float(t.rows[0].get(base) or 0)
         plan = _scenario(r, str(t.rows[0].get(tc.PLAN, "")))
         plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
+        sides = f"with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the " \
+                "configured inputs"
+        if t.rows[0].get(base) is None:  # no allowed plan differs from it: its own cost is what moves
+            low, high, base = tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD
+            axis = f"{plan_name}: cost over the horizon, USD"
+            caption = (f"What {plan_name} (the recommended plan) costs over the horizon, {sides}. No other allowed "
+                       "plan differs from it, so there is no runner-up to compare with.")
+        else:
+            axis = f"{plan_name}: margin over the next cheapest plan, USD"
+            caption = (f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest different "
+                       f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest.")
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
             **_svgs(charts.tornado, [str(x[name]) for x in t.rows], [float(x.get(low) or 0) for x in t.rows],
-                           [float(x.get(high) or 0) for x in t.rows], base_value,
-                           f"{plan_name}: margin over the next cheapest plan, USD",
-                           f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
-            caption=f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest plan over the "
-                    f"horizon, with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid "
-                    "line is the configured inputs. Below $0 another plan becomes the cheapest."))
+                    [float(x.get(high) or 0) for x in t.rows], float(t.rows[0].get(base) or 0), axis,
+                    f"What moves the answer: each input ±{s.fraction:.0%}", s.fraction),
+            caption=caption))
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
     tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "

@@ -28,6 +28,15 @@ def pct(fraction: float | None, digits: int = 1) -> str:
     return f"{f * 100:.{digits}f} %"
 
 
+def share(fraction: float) -> str:
+    """A stated share, never rounded to a different claim: 0.4 -> '40 %', 0.001 -> '0.1 %', 0.999 -> '99.9 %'
+    (a whole-percent rounding would print 0 % beside a plan it rules out, or 100 % where renting is allowed)."""
+    text = f"{fraction * 100:.3g}"
+    if "e" in text:  # too small to say in digits
+        return "under 0.001 %"
+    return f"{text} %"
+
+
 def pp(fraction: float | None) -> str:
     """A difference of two fractions, in percentage points."""
     f = _good(fraction)
