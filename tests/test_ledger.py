@@ -257,3 +257,23 @@ def test_a_bucket_the_trial_only_partly_covers_bills_only_its_observed_allocatio
     assert r.hybrid.peak_demand.value == pytest.approx(4.0, abs=1e-6)  # it was 4 ÷ (60/300) = 20
     by_id = {s.id: s for s in r.costs.scenarios}
     assert by_id["all-on-prem"].owned_gpus == 4
+
+
+def test_with_allocations_believed_and_the_phantom_dollars_are_one_quantity_each(tmp_path: Path) -> None:
+    """With scheduler allocations the headline tile called R/W "believed" while section 1 called the allocated
+    share believed, and the phantom gap in dollars priced the billed hours (allocated ∪ held, 13 GPU-h) while its
+    fold printed R − S (here 6 GPU-h). One believed (allocated, shown the same in the verdict and section 1), and
+    the dollars are the printed hours × the printed price."""
+    from gpuaudit.report.sections import build_report
+
+    samples, procs = _node()
+    write(tmp_path, samples, procs)
+    write_allocations(tmp_path, frame(ALLOCS), "slurm")
+    r = analyze(tmp_path)
+    gap = r.utilization.phantom_gpu_hours.value or 0.0
+    assert r.costs.phantom_usd.value == pytest.approx(gap * (r.costs.cloud_flexible_usd_per_gpu_hour.value or 0))
+    report = build_report(r, version="t")
+    believed = [f for f in report.verdict.figures if f.label.startswith("Believed")]
+    section1 = [f for f in report.sections[0].figures if f.label.startswith("Believed")]
+    assert [(f.label, f.text) for f in believed] == [(f.label, f.text) for f in section1]
+    assert believed[0].label == "Believed: allocated (scheduler) utilization" and believed[0].text == "37.5 %"
