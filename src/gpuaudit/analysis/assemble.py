@@ -210,7 +210,7 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
         fixed_cost_usd=sz.fixed_usd,
         hurdle_gpus=Figure(sz.hurdle_gpus, "GPUs", "fixed costs of owning ÷ ((flexible cloud − owned marginal) "
                            "$/GPU-h × 730 h × PV of $1 a month over the horizon)", "cost model",
-                           "Owning pays only above about this many GPUs busy around the clock (None: never)."),
+                           "Owning pays only above about this many GPUs held around the clock (None: never)."),
     )
 
 

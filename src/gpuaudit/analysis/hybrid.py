@@ -12,8 +12,9 @@ window of DENSE_MAX, so time and memory stay bounded whatever the fleet size or 
 Two cross-checks that leave fixed costs out, so they answer a different question than N*:
 - the critical fractile (newsvendor): own the k-th GPU when demand reaches k at least c_own(k) / c_cloud of
   the time; it should land within a node of `n_owning`;
-- the fixed-cost hurdle: owning pays only when the GPUs kept busy around the clock save more than the fixed
-  costs (base staff, a new build's network): about fixed ÷ ((c_cloud − c_own) × horizon hours) busy GPUs.
+- the fixed-cost hurdle: owning pays only when the GPUs held around the clock (the hours the cloud would bill)
+  save more than the fixed costs (base staff, a new build's network): about fixed ÷ ((c_cloud − c_own) ×
+  horizon hours) GPUs held around the clock.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Sizing:
     critical_fractile_n: int
     u: float  # cloud flexible $/GPU-h ÷ owned marginal $/GPU-h (a new GPU)
     fixed_usd: float  # fixed costs of owning anything (PV)
-    hurdle_gpus: float | None  # GPUs busy around the clock needed to cover fixed_usd; None = never
+    hurdle_gpus: float | None  # GPUs held around the clock needed to cover fixed_usd; None = never
     agrees: bool
     tolerance: int
     candidates: np.ndarray  # N = 0..ceil(peak), or the refined grid above DENSE_MAX (sorted, from 0)

@@ -148,10 +148,25 @@ def inline(svg: str, label: str, prefix: str = "c", css_class: str = "") -> str:
     return body.replace("<svg", f'<svg{cls} role="img" aria-label="{escape(label)}"', 1)
 
 
-def _pct_axis(axis: Axis) -> None:
+def _pct_axis(axis: Axis, decimals: int = 0) -> None:
     from matplotlib.ticker import PercentFormatter
 
-    axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+    axis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=decimals))
+
+
+def _nice_ticks(lo: float, hi: float, most: int = 4) -> tuple[list[float], int]:
+    """At most `most` + 1 ticks on [lo, hi] (fractions) at a step of 1, 2 or 5 × 10^k, and the decimals that
+    show each as a percentage exactly (matplotlib's default for a short colour bar stepped 2.5 % and rounded
+    the labels to whole percents: 30/32/35/38 %)."""
+    import math
+
+    from matplotlib.ticker import MaxNLocator
+
+    ticks = [float(t) for t in MaxNLocator(nbins=most, steps=[1, 2, 5, 10]).tick_values(lo, hi)]
+    span = (hi - lo) * 1e-9
+    inside = [t for t in ticks if lo - span <= t <= hi + span] or [lo, hi]
+    step_pct = (inside[1] - inside[0]) * 100 if len(inside) > 1 else 1.0
+    return inside, max(0, math.ceil(-math.log10(step_pct) - 1e-9))
 
 
 def _short(label: str, limit: int = 28) -> str:
@@ -300,7 +315,9 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     if bar.solids is not None:  # drawn once the colorbar has a mappable (always, here)
         bar.solids.set_rasterized(False)
         bar.solids.set_edgecolor("face")
-    _pct_axis(bar.ax.yaxis)
+    ticks, decimals = _nice_ticks(lo, hi)
+    bar.set_ticks(ticks)
+    _pct_axis(bar.ax.yaxis, decimals)
     bar.outline.set_visible(False)
     _title(ax, title)
     return _svg(fig, ctx, title)
@@ -315,9 +332,11 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
     ax.plot(xs, list(real), color=REAL, lw=2, marker="o", ms=3, label="SM active (real)")
     ax.fill_between(xs, list(real), list(runtime), color=WASTE, alpha=0.08, lw=0)
     labels = [str(w) for w in weeks]
-    if all(len(w) == 8 and w[4:6] == "-W" for w in labels):  # ISO weeks: "W07" is enough on an axis
+    iso = all(len(w) == 8 and w[4:6] == "-W" for w in labels)
+    if iso:  # ISO weeks: "W07" is enough on an axis
         labels = [w[5:] for w in labels]
-    step = _ticks(len(weeks), narrow_=6)
+    # A date ("2026-08-31") is ~3x as wide as "W07": a phone's chart holds three side by side, the wide one seven.
+    step = _ticks(len(weeks), narrow_=6) if iso else _ticks(len(weeks), wide=7, narrow_=3)
     ax.set_xticks(xs[::step], labels[::step])
     ax.set_xlabel("ISO week" if labels and labels[0].startswith("W") else "week")
     ax.set_ylim(0, 1)
@@ -329,18 +348,27 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
 
 
 def demand_duration(
-    gpus: Sequence[float], share_of_time: Sequence[float], n_star: float | None, fleet: float | None,
+    gpus: Sequence[float], share_of_time: Sequence[float], n_owned: float | None, fleet: float | None,
     xlabel: str = "GPUs in demand",
 ) -> str:
     """Demand as a duration curve: for each GPU count, the share of time demand was at least that high.
-    The hybrid's owned capacity N* and the fleet size are marked."""
+    The hybrid's owned count (its best N >= 1, not N*, the best N >= 0) and the fleet size are marked."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, ctx = _figure(2.6, "demand", 3.0)
     ax = fig.add_subplot()
-    ax.step(list(gpus), list(share_of_time), where="post", color=REAL, lw=2)
-    ax.fill_between(list(gpus), list(share_of_time), step="post", color=REAL, alpha=0.12, lw=0)
-    if n_star is not None:
-        ax.axvline(n_star, color=ONPREM, lw=1.5, ls="--")
-        ax.text(n_star, 1.02, f" own N* = {n_star:,.0f}", color=ONPREM, va="bottom", fontweight="bold")
+    # Share of time demand >= x, known at each level x[i]: for x in (x[i-1], x[i]] demand >= x means demand
+    # >= x[i], so the curve takes the right-hand value ("pre"); a post-step showed x[i-1]'s larger share.
+    ax.step(list(gpus), list(share_of_time), where="pre", color=REAL, lw=2)
+    ax.fill_between(list(gpus), list(share_of_time), step="pre", color=REAL, alpha=0.12, lw=0)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5 if _is_narrow() else 10, integer=True))  # GPUs are counts
+    if n_owned is not None:
+        ax.axvline(n_owned, color=ONPREM, lw=1.5, ls="--")
+        # Near the right edge the words go to the line's left, or they run past the chart.
+        right = n_owned > 0.6 * max([*gpus, fleet or 0.0, 1.0])
+        words = f"hybrid owns N = {n_owned:,.0f}"
+        ax.text(n_owned, 1.02, f"{words} " if right else f" {words}", color=ONPREM, va="bottom",
+                ha="right" if right else "left", fontweight="bold")
     if fleet is not None:
         ax.axvline(fleet, color=BELIEVED, lw=1, ls=":")
         ax.text(fleet, 0.5, f" fleet {fleet:,.0f}", color=INK, rotation=90, va="center", fontsize=8)
@@ -446,14 +474,20 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
     lo_x, hi_x = min([base, *low, *high]), max([base, *low, *high])
     if lo_x <= 0 <= hi_x:  # where the two options cost the same
         ax.axvline(0, color=TODAY, lw=1, ls="--")
-        ax.text(0, 1.0, " equal cost", transform=ax.get_xaxis_transform(), color=TODAY, va="bottom", fontsize=8)
+        # In a lane of its own below the lowest bar: over the axes it sat on the title, beside a bar on the bar.
+        ax.set_ylim(-1.2, len(order) - 0.5)
+        right = 0 - lo_x > (hi_x - lo_x) / 2  # the line is in the right half: the words go to its left
+        ax.text(0, -0.85, "equal cost " if right else " equal cost", color=TODAY, va="center",
+                ha="right" if right else "left", fontsize=8)
     ax.set_yticks(ys, [_short(str(labels[i]), 34) for i in order])
     ax.xaxis.set_major_formatter(_money_formatter() if ("$" in unit or "USD" in unit) else _plain_formatter())
     if _is_narrow():
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(3))
-    ax.set_xlabel(textwrap.fill(unit, 44) if _is_narrow() else unit)
+    # On a phone's chart the label is centred under axes ~2.2 in wide (the bar labels take the rest): 30
+    # characters of 9 pt fit; 44 ran past the figure's right edge.
+    ax.set_xlabel(textwrap.fill(unit, 30) if _is_narrow() else unit)
     ax.grid(axis="x", color=GRID, lw=0.6)
     ax.set_axisbelow(True)
     from matplotlib.patches import Patch

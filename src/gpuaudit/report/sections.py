@@ -104,7 +104,7 @@ def _fig(label: str, figure: Figure, *, emphasis: bool = False, text: str | None
     elif figure.lower_bound and figure.value is not None:
         value_text = "≥ " + value_text
     source = figure.formula if not figure.source else f"{figure.formula} — {figure.source}"
-    return KeyFigure(label=label, text=value_text, source=source, emphasis=emphasis)
+    return KeyFigure(label=label, text=value_text, source=_in_words(source), emphasis=emphasis)
 
 
 def _scheduled(r: AnalysisResult) -> bool:
@@ -169,7 +169,7 @@ def _table(table: Table, *, sort_by: str | None = None, limit: int | None = None
     total = len(rows)
     if limit is not None:
         rows = rows[:limit]
-    cap = (caption if caption is not None else table.description).rstrip(". ")
+    cap = _in_words(caption if caption is not None else table.description).rstrip(". ")
     if limit is not None and total > limit:
         cap = f"{cap} (top {limit} of {total:,})"
     return ReportTable(
@@ -549,7 +549,7 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                   f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
                   "the best N ≥ 1"),
         KeyFigure("Check: owning pays only above", "never at these prices" if hurdle is None
-                  else f"~{hurdle:,.1f} busy GPUs",
+                  else f"~{hurdle:,.1f} GPUs held around the clock",
                   f"{h.hurdle_gpus.formula}; fixed costs {fmt.money(h.fixed_cost_usd)}"),
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
@@ -635,6 +635,14 @@ _REFERENCE_WORDS = {
     "keep-owned-and-buy-the-rest": "keeping the GPUs owned today and buying the rest of the fleet",
     "keep-the-fleet-sell-the-rest": "keeping the fleet's GPUs and selling the surplus",
 }
+
+
+def _in_words(text: str) -> str:
+    """`text` (a formula or source the analyzer wrote) with each reference-plan key in words: a CFO reads
+    "keeping the GPUs owned today", not "keep-the-owned-fleet". Longest key first, so none eats a longer one."""
+    for key in sorted(_REFERENCE_WORDS, key=len, reverse=True):
+        text = text.replace(key, _REFERENCE_WORDS[key])
+    return text
 
 
 def _recommended_label(r: AnalysisResult) -> str:
@@ -804,7 +812,7 @@ def _method(r: AnalysisResult) -> Section:
     )
     defs = []
     for label, f in _definitions(r):
-        defs.append((label, f.definition or "", f.formula, f.source))
+        defs.append((label, _in_words(f.definition or ""), _in_words(f.formula), _in_words(f.source)))
     definitions = ReportTable(columns=("figure", "definition", "formula", "rows it comes from"), rows=tuple(defs),
                         numeric=(False, False, False, False), caption="Definitions")
     coverage = ReportTable(
