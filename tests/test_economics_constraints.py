@@ -10,6 +10,7 @@ from tests.test_economics_latency_tie import _bursty_fleet, _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.scenarios import is_cloud_used
 from gpuaudit.report.sections import build_report
 
 
@@ -155,3 +156,28 @@ def test_staying_in_the_cloud_rents_the_instances_that_run(bursty) -> None:  # t
     r = analyze_rollups(rollups(rows), _cfg(), current="cloud")
     assert r.decision.recommended_scenario == "stay-as-is"
     assert "the instances that run today" in r.decision.action and "what jobs hold" not in r.decision.action
+
+
+def test_the_lever_resizes_the_recommended_hybrid_on_the_packed_work() -> None:
+    """The demo's lever 'own 56 GPUs' (the packed work's peak, owned) cost $132k more than the recommended
+    hybrid (40 owned, bursting the rest), so the biggest lever was hidden: the consolidated plan had another
+    shape than the recommended one. Now it is the recommended plan's shape on the packed work: a hybrid is
+    re-sized, and the saving is consolidation's alone."""
+    rows = [r for g in range(2) for r in gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=0.3, procs=1)]
+    for g in range(2, 8):
+        rows += gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=lambda i: 0.3 if i % 10 < 3 else 0.0,
+                         procs=lambda i: int(i % 10 < 3))
+    r = analyze_rollups(rollups(rows), _cfg(), latency_sensitive_share=0.3)
+    rec = {s.id: s for s in r.costs.scenarios}[r.decision.recommended_scenario]
+    assert rec.id == "hybrid" and is_cloud_used(rec) and rec.owned_gpus > 0  # the case: a hybrid recommended
+    c = r.consolidation
+    assert c.plan.startswith("own ") and "rent the work above them" in c.plan
+    assert c.fits_on_gpus == 4  # 2 × 0.3 + 6 × 0.3 = 2.4 GPUs of work at its peak ÷ 0.7 → 4
+    assert c.saving_usd > r.decision.tie_usd and c.saving_usd == pytest.approx(c.recommended_usd - c.plan_usd)
+
+
+def test_packed_work_never_needs_more_gpus_than_were_held() -> None:
+    """At 90 % SM activity the work 'packed' at a 70 % target needed more GPUs than held it (0.9 ÷ 0.7): the
+    lever then priced more GPUs than today. The packed work is at most the GPUs held, bucket by bucket."""
+    r = analyze_rollups(rollups(_bursty_fleet()), _cfg())
+    assert r.consolidation.fits_on_gpus == 8 and r.consolidation.saving_usd <= r.decision.tie_usd

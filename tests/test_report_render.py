@@ -127,3 +127,23 @@ def test_a_phone_charts_label_never_splits_a_visible_escape() -> None:
         assert escape in wrapped.replace("\n", "") and all(
             escape in line or "\\" not in line for line in wrapped.split("\n")), wrapped
         assert len(wrapped.split("\n")) <= 2
+
+
+def test_a_duration_curve_of_thousands_of_levels_is_drawn_at_a_few_hundred() -> None:
+    """The demo's demand curve (about 2,000 hourly levels) was 182 KB of SVG, drawn twice (wide and phone): the
+    HTML report grew 77 %. It is resampled to at most DURATION_POINTS points, each the true share of time at or
+    above its x (the survival curve's pre-step value), both ends kept."""
+    import numpy as np
+
+    from gpuaudit.report import charts
+
+    levels = np.linspace(0.0, 64.0, 3000)
+    share = 1.0 - levels / 64.0  # share of time demand >= x
+    xs, ys = charts._thin_survival(levels, share)
+    assert len(xs) <= charts.DURATION_POINTS + 2 and xs[0] == 0.0 and xs[-1] == 64.0
+    for x, y in zip(xs, ys, strict=True):
+        first = int(np.searchsorted(levels, x - 1e-9))
+        assert y == share[first]  # the share at the first level at or above x: never more than the truth
+    full = charts.demand_duration(list(levels[:400]), list(share[:400]), 10.0, 64.0)
+    many = charts.demand_duration(list(levels), list(share), 10.0, 64.0)
+    assert len(many) < 1.5 * len(full)

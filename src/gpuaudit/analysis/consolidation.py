@@ -1,13 +1,15 @@
 """The consolidation lever: how many GPUs the measured work fits on, what that would save, and how to get there.
 
 Shown beside the buy/rent answer, never mixed into "cheapest": it needs the team to change how it holds GPUs.
-The work is the fleet-scaled SM-weighted demand (GPUs in use, Σ sm_active × gpu_fraction per bucket); it fits on
-ceil(peak ÷ target utilization) GPUs, the target leaving `1 − target` headroom (analysis.consolidation_target,
-0.7). The consolidated plan owns that many GPUs (keeping the owned ones first) when the fleet is owned today, or
-rents the work at the target utilization when it runs in the cloud; saving = the recommended plan − it. What
-rules renting out rules it out here too: under data residency (or when all work is latency-sensitive) a cloud
-fleet's consolidated plan owns the GPUs the work fits on, and a latency-sensitive share keeps its peak (the latency
-floor) on owned GPUs and rents only the rest. The work never fits on more GPUs than the fleet has.
+The work is the fleet-scaled SM-weighted demand (GPUs in use, Σ sm_active × gpu_fraction per bucket) at the
+target utilization (analysis.consolidation_target, 0.7: `1 − target` headroom), never more than the GPUs held in
+the bucket (it is their work); it fits on the peak of that, never more GPUs than the fleet has. The consolidated
+plan is the recommended plan's shape on the packed work, so the saving (the recommended plan − it) is
+consolidation's alone: a plan that rents nothing owns the GPUs the work fits on (keeping the owned ones first), a
+plan that owns nothing rents the work, a plan that does both (hybrid) is re-sized on the packed work (the best N,
+as hybrid.size does). What rules renting out rules it out here too: under data residency (or when all work is
+latency-sensitive) the consolidated plan owns what the work fits on, and a latency-sensitive share keeps its peak
+(the latency floor) on owned GPUs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.hybrid import size
 from gpuaudit.analysis.result import Consolidation, Deployment, Table
 from gpuaudit.analysis.scenarios import CostBlock, _cloud_of, latency_floor
 
@@ -26,18 +29,36 @@ TOP_HOLDERS = 3
 
 def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, current: Deployment, recommended_usd: float,
                 runtime_utilization: float, efficiency_while_held: float | None, idle_held_gpu_hours: float,
-                per_user: Table, *, latency_share: float = 0.0, data_residency: bool = False) -> Consolidation:
-    """`in_use`: the fleet-scaled SM-weighted demand per bucket (the same buckets as block.held)."""
+                per_user: Table, *, latency_share: float = 0.0, data_residency: bool = False,
+                held: np.ndarray | None = None, recommended_rents: bool | None = None,
+                recommended_owns: bool = True) -> Consolidation:
+    """`in_use`: the fleet-scaled SM-weighted demand per bucket (the same buckets as block.held, `held`);
+    `recommended_rents` / `recommended_owns`: whether the recommended plan rents / owns GPUs (None: it rents
+    when the fleet runs in the cloud)."""
+    if recommended_rents is None:
+        recommended_rents = current is Deployment.CLOUD
+        recommended_owns = current is Deployment.ON_PREM
     target = cfg.analysis.consolidation_target
     tl, fl = block.timeline, block.fleet
     peak = float(np.max(in_use)) if in_use.size else 0.0
-    n_fit = min(max(1, math.ceil(peak / target - 1e-9)), max(fl.gpus, 1))  # never more GPUs than the fleet has
-    work = np.minimum(in_use / target, float(n_fit))
+    # the packed work never needs more GPUs than were held in the bucket (it is those GPUs' work)
+    work = np.minimum(in_use / target, held) if held is not None and held.shape == in_use.shape else in_use / target
+    n_fit = min(max(1, math.ceil(float(work.max(initial=0.0)) - 1e-9)), max(fl.gpus, 1))
+    work = np.minimum(work, float(n_fit))
     power = block.power or costs.PowerModel(block.watts, block.watts, block.watts)
-    if current is Deployment.ON_PREM or data_residency or latency_share >= 1:
-        n_own = n_fit  # renting it is not allowed (or the fleet is owned): own what the work fits on
+    floor = n_fit if data_residency or latency_share >= 1 else latency_floor(latency_share, work)
+    # The recommended plan's shape on the packed work, so the saving is consolidation's alone: owning only when it
+    # rents nothing (or renting is ruled out), renting only when it owns nothing, else its hybrid split re-sized.
+    if floor >= n_fit or not recommended_rents:
+        n_own = n_fit
+    elif recommended_owns:
+        bill0, _k0, _m0 = _cloud_of(cfg, tl, work, block.prices)
+        rent_all = float(sum(bill0.values())) + float(costs.owned_total(costs.owned_cost(
+            cfg, tl, 0.0, block.watts, fl.existing, fl.age_years))[0])
+        n_own = max(size(cfg, tl, work, rent_all, power, fl.existing, fl.age_years, min_owned=floor).n_owning,
+                    floor, 1)
     else:
-        n_own = latency_floor(latency_share, work)
+        n_own = floor
     parts = costs.owned_cost(cfg, tl, float(n_own), power.watts(np.minimum(work, n_own), float(n_own))
                              if n_own else block.watts, fl.existing, fl.age_years)
     usd = float(costs.owned_total(parts)[0])
@@ -48,8 +69,9 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, current: Depl
     else:
         bill, _k, _mean = _cloud_of(cfg, tl, work - n_own, block.prices)
         usd += float(sum(bill.values()))
-        plan = (f"own {n_own:,} GPUs{sold} for the latency-sensitive work and rent the rest at {target:.0%} "
-                f"utilization (at most {n_fit:,} GPUs at once)" if n_own else
+        why = " for the latency-sensitive work" if n_own == floor and floor > 0 else ""
+        plan = (f"own {n_own:,} GPUs{sold}{why} and rent the work above them at {target:.0%} utilization (at most "
+                f"{n_fit:,} GPUs at once)" if n_own else
                 f"rent the work at {target:.0%} utilization (at most {n_fit:,} GPUs at once)")
     holders = sorted((r for r in per_user.rows if float(r.get("idle_held_gpu_hours") or 0) > 0),
                      key=lambda r: (-float(r["idle_held_gpu_hours"]), str(r["user"])))[:TOP_HOLDERS]
@@ -62,7 +84,7 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, current: Depl
         how.append(f"share GPUs (MIG slices or time-slicing): a held GPU does {efficiency_while_held:.0%} of its "
                    "compute, so several jobs fit on one")
     if runtime_utilization < 0.9:
-        how.append("autoscale: release GPUs no job holds" if current is Deployment.CLOUD else
+        how.append("autoscale: release GPUs no job holds" if n_own == 0 else  # the plan rents it all
                    "pack jobs onto fewer GPUs with the scheduler and power down or sell the rest")
     return Consolidation(
         fits_on_gpus=n_fit, peak_in_use_gpus=peak, target_utilization=target, plan=plan, plan_usd=usd,

@@ -38,6 +38,7 @@ from gpuaudit.analysis.scenarios import (
     cost_draws,
     fleet_series,
     growth_table,
+    is_cloud_used,
     tornado,
     with_egress,
 )
@@ -226,7 +227,8 @@ def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, deci
     rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
     return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
                        t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, latency_share=m.latency_share,
-                       data_residency=m.data_residency)
+                       data_residency=m.data_residency, held=block.held, recommended_rents=is_cloud_used(rec),
+                       recommended_owns=rec.owned_gpus > 0)
 
 
 def _check_finite(t: ut.Totals) -> None:
