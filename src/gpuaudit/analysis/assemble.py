@@ -134,7 +134,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
         owned_gpus=block.fleet.existing,
         pack_factor=block.pack_factor,
         reserved_gpus=block.plan.reserved_gpus,
-        payback_against=payback_against(m.current),
+        payback_against=payback_against(m.current, block.scenarios),
         cloud_reserved_usd_per_gpu_hour=Figure(p.reserved, "USD/GPU-h", "list × cloud.reserved_multiplier", "config",
                                                "A reserved GPU-hour, paid every hour of the term."),
         cloud_flexible_usd_per_gpu_hour=Figure(

@@ -220,20 +220,23 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
               residency: bool, agrees: bool, same_cost: bool = False, forbidden: bool = False) -> str:
     util = _utilization_text(inputs, ev)
     at_prices = f"at your prices {best.label.lower()}"
+    ruled_out = ""  # staying as is ruled out: said, never left for the cost table to explain
     if stay is not None and best.id != "stay-as-is":
         vs_stay = (f"{_usd(saving)} less than staying as is" if saving >= 0
                    else f"{_usd(saving)} more than staying as is")
         costs = f"{at_prices} is the cheapest option, {vs_stay} over {months} months"
-        if not stay.allowed and not residency:  # said, never left for the cost table to explain
-            costs = (f"staying as is is not allowed ({constraint_text(inputs)}): {at_prices} is the cheapest "
-                     f"allowed option, {vs_stay} over {months} months")
+        if not stay.allowed and not residency:
+            # the constraint is named once: the forbidden branch's sentence names it already
+            ruled_out = f"staying as is is not allowed ({constraint_text(inputs)})"
+            costs = (f"{at_prices} is the cheapest allowed option, {vs_stay} over {months} months" if forbidden
+                     else f"{ruled_out}: {at_prices} is the cheapest allowed option, {vs_stay} over {months} months")
     else:
         costs = f"at your prices staying as is is the cheapest option over {months} months"
     if residency:
         return f"Data residency forbids the cloud: on-prem; {costs.replace('option', 'option that rents nothing')}."
     if forbidden:
         return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}, but "
-                f"{constraint_text(inputs)}, so no plan may rent it; {costs}.")
+                f"{constraint_text(inputs)}, which rules out the plans it points to; {costs}.")
     if len(tree) > 1:
         allowed = " or ".join(_BRANCH_WORDS[b] for b in tree)
         return (f"{util[0].upper()}{util[1:]}: the utilization rule allows {allowed}; {costs}. Measure SM activity "
@@ -245,7 +248,7 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
                      f"{_BRANCH_WORDS[scenario_branch(tree_best, inputs.current)]}")
         return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}; "
                 f"at your prices {plan}: the same as {best.label.lower()}, {_usd(best.total.value or 0.0)} over "
-                f"{months} months.")
+                f"{months} months" + (f"; {ruled_out}: {vs_stay}." if ruled_out else "."))
     if agrees:
         return f"{util[0].upper()}{util[1:]}: {_advice(fired, inputs.current)}; {costs}."
     return (f"The utilization rule says {_advice(fired, inputs.current)} ({util}), but {at_prices} is "

@@ -356,11 +356,12 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
-    out = _with_cash(cfg, tl, [_with_power(cfg, tl, s) for s in out], fl, payback_against(m.current))
+    out = [_with_power(cfg, tl, s) for s in out]
     if m.data_residency or m.latency_share > 0:  # data that must stay, or latency-bound work, limit renting
         packed = latency_floor(m.latency_share, held * pack)
         floors = {"all-cloud-if-packed": packed, "all-on-prem-if-packed": 0, "hybrid-if-packed": packed}
         out = [dataclasses.replace(s, allowed=_allowed(m, s, floors.get(s.id, floor))) for s in out]
+    out = _with_cash(cfg, tl, out, fl, payback_against(m.current, out))
     cheapest = cheapest_of(out)
     plan = Plan(k_all, stay_k, n_peak, n_h, fl.existing, k_h)
     reserved = {"stay-as-is": stay_k, "all-cloud": k_all, "hybrid": k_h}
@@ -425,17 +426,21 @@ def _payback(plan: np.ndarray, rent: np.ndarray) -> float | None:
     return float(i + (before / step if step > 0 else 0.0))
 
 
-def payback_against(current: Deployment) -> str:
-    """The renting plan a purchase pays back against: what the fleet pays today when it rents (staying in the
-    cloud: all cloud there may be a change of behaviour, or not allowed), renting everything when it is owned."""
-    return "stay-as-is" if current is Deployment.CLOUD else "all-cloud"
+def payback_against(current: Deployment, scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str:
+    """The renting plan a purchase pays back against ("" for none): what the fleet pays today when it rents
+    (today's bill is a fact, whatever may be chosen next: all cloud there may be a change of behaviour, or not
+    allowed); renting everything when it is owned, if renting everything is allowed (under data residency or
+    latency-bound work a payback against a plan nobody may choose means nothing)."""
+    if current is Deployment.CLOUD:
+        return "stay-as-is"
+    return "all-cloud" if any(s.id == "all-cloud" and s.allowed for s in scenarios) else ""
 
 
 def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet, against: str
                ) -> list[CostScenario]:
     owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
     cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
-    rent = cash.get(against)
+    rent = cash.get(against) if against else None
     done = []
     for s in out:
         flows, capex, plain = cash[s.id]
@@ -581,8 +586,9 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
             T.BASE_DIFF_USD: base_diff, T.LOW_DIFF_USD: lo_diff, T.HIGH_DIFF_USD: hi_diff,
             T.PLAN: plan, T.BASE_PLAN_USD: base_plan, T.LOW_PLAN_USD: lo_plan, T.HIGH_PLAN_USD: hi_plan,
             T.BASE_MARGIN_USD: base_margin, T.LOW_MARGIN_USD: lo_margin, T.HIGH_MARGIN_USD: hi_margin,
-            # without a different allowed plan the margin is undefined: the swing is the plan's own cost's
-            T.SWING_USD: abs(hi_margin - lo_margin) if hi_margin is not None and lo_margin is not None
+            # An end without a different allowed plan has no runner-up: 0 there (nothing else competes); without
+            # one at either end the margin says nothing and the swing is the plan's own cost's.
+            T.SWING_USD: abs((hi_margin or 0.0) - (lo_margin or 0.0)) if not (hi_margin is None and lo_margin is None)
             else abs(hi_plan - lo_plan),
             T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
             T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),

@@ -698,19 +698,20 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 "money keeping them forgoes)",
     )
     years = max(1, -(-months // 12))
-    versus = _scenario(r, c.payback_against)
-    against = (versus.label if versus else c.payback_against).lower()
+    versus = _scenario(r, c.payback_against) if c.payback_against else None
+    against = (versus.label if versus else c.payback_against or "renting (not allowed here)").lower()
     cash = ReportTable(
         columns=("scenario", "capex", f"payback vs {against}", *[f"year {y + 1}" for y in range(years)]),
         rows=tuple((s.label, fmt.money(s.capex_usd) if s.capex_usd else "—",
                     (f"{s.payback_months:.1f} months" if s.payback_months is not None else
-                     f"not within {months} months" if s.capex_usd else "—"),
+                     f"not within {months} months" if s.capex_usd and versus else "—"),
                     *[fmt.money(sum(s.cash_usd_by_month[12 * y:12 * y + 12])) for y in range(years)])
                    for s in base if s.cash_usd_by_month),
         numeric=(False, True, True, *[True] * years),
         caption="Cash, not present value: what each plan pays per year (capital when it is paid, resale back in the "
                 "last month); simple payback of each plan that buys hardware: the month its cumulative cash falls to "
-                f"{against}'s, the renting plan available today (resale left out)",
+                + (f"{against}'s, the renting plan available today (resale left out)" if versus else
+                   "renting's: none here, renting is not allowed"),
     )
     step("chart: cost per scenario")
     ids = [s.id for s in base]
@@ -761,7 +762,8 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
         sides = f"with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the " \
                 "configured inputs"
-        if t.rows[0].get(base) is None:  # no allowed plan differs from it: its own cost is what moves
+        margins = [x.get(k) for x in t.rows for k in (low, high, base)]
+        if all(v is None for v in margins):  # no allowed plan differs from it anywhere: its own cost moves
             low, high, base = tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD
             axis = f"{plan_name}: cost over the horizon, USD"
             caption = (f"What {plan_name} (the recommended plan) costs over the horizon, {sides}. No other allowed "
@@ -769,7 +771,11 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         else:
             axis = f"{plan_name}: margin over the next cheapest plan, USD"
             caption = (f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest different "
-                       f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest.")
+                       f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest"
+                       + (" (where no other plan differs from it, $0)" if None in margins else "") + ".")
+            if r.decision.tie:  # kept on a tie: a plan cheaper by up to the tolerance does not replace it
+                caption += (f" It is kept on a tie: another plan cheaper by up to {fmt.money(r.decision.tie_usd)} "
+                            "(the cost model's uncertainty) does not replace it, so the solid line may sit below $0.")
         step("chart: sensitivity")
         charts_.append(Chart(
             "sensitivity", "Sensitivity",
