@@ -277,3 +277,39 @@ def test_with_allocations_believed_and_the_phantom_dollars_are_one_quantity_each
     section1 = [f for f in report.sections[0].figures if f.label.startswith("Believed")]
     assert [(f.label, f.text) for f in believed] == [(f.label, f.text) for f in section1]
     assert believed[0].label == "Believed: allocated (scheduler) utilization" and believed[0].text == "37.5 %"
+
+
+def _hosts(host: str, gpus: int, held_gpus: int, n: int = N) -> tuple[list[dict], list[dict]]:
+    samples, procs = [], []
+    for g in range(gpus):
+        rows = gpu_rows(host, f"{host}-{g}", n, sm=0.5 if g < held_gpus else 0.0, procs=int(g < held_gpus))
+        samples += rows
+        if g < held_gpus:
+            procs += proc_rows(host, f"{host}-{g}", ends(rows), pid=100 + g)
+    return samples, procs
+
+
+def test_allocations_are_billed_host_by_host(tmp_path: Path) -> None:
+    """Host a: 8 GPUs allocated all the time, processes on 2; host b (no scheduler): processes on all 8. The
+    billed demand was max(fleet held, fleet allocated) = max(10, 8) = 10: b's held GPUs cancelled a's allocation.
+    Host by host it is 8 + 8 = 16."""
+    sa, pa = _hosts("a", 8, 2)
+    sb, pb = _hosts("b", 8, 8)
+    write(tmp_path, sa + sb, pa + pb)
+    write_allocations(tmp_path, frame([_alloc("1", "a", 8, -1, 9)]), "slurm")
+    r = analyze(tmp_path)
+    assert r.hybrid.peak_demand.value == pytest.approx(16.0, abs=1e-6)
+    assert r.break_even.measured_held == pytest.approx(1.0, rel=1e-6)
+
+
+def test_an_allocation_while_its_agent_was_silent_is_not_billed_twice(tmp_path: Path) -> None:
+    """Host a: 8 GPUs allocated and held all 8 h, its agent reporting the first 4 h only; host b: 8 idle GPUs
+    reporting throughout. While a was silent its 8 allocated GPUs passed the cap (b reported 8) and were then
+    scaled × 16 ÷ 8: a peak of 16 and all on-prem buying 16. The silence is a coverage gap (scaled from the GPUs
+    that reported); the allocation counts only where its host reported."""
+    sa, pa = _hosts("a", 8, 8, n=4 * HOUR)
+    sb, pb = _hosts("b", 8, 0)
+    write(tmp_path, sa + sb, pa + pb)
+    write_allocations(tmp_path, frame([_alloc("1", "a", 8, 0, 8)]), "slurm")
+    r = analyze(tmp_path)
+    assert r.hybrid.peak_demand.value <= 8.0 + 1e-6  # it was 16

@@ -300,16 +300,55 @@ def allocated_utilization(led: Ledger) -> Figure:
 
 
 def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float,
-                  window: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
-    """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: held by processes, or, where the
-    scheduler allocated more, the allocation (per bucket the larger of the two; hosts without allocations
-    contribute what processes held), never more than the GPUs that reported in the bucket (an allocation on a GPU
-    that did not report is not measured: the fleet scaling extrapolates it, and scaled above the GPUs reporting
-    it would need more GPUs than exist). `window`: the trial (see billed_series)."""
+                  window: tuple[float, float] | None = None, gpu_hours: pl.DataFrame | None = None
+                  ) -> tuple[np.ndarray, float]:
+    """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: what processes held, plus, host by
+    host and hour by hour, the GPUs the scheduler allocated beyond what was held there — never more than that
+    host reported in that hour (an allocation on a GPU whose agent was silent is not measured: the fleet
+    scaling extrapolates the silence, and counting it too would bill it twice). Hosts without allocations
+    contribute what processes held. Per host, because fleet totals let one host's held GPUs cancel another's
+    allocation (8 allocated on a, 8 held on b billed 10, not 16). `window`: the trial (billed_series);
+    `gpu_hours`: stage 1's per-GPU-hour rollup (without it, the fleet totals per bucket)."""
     held = demand["gpus_held"].to_numpy().astype(float)
-    allocated = billed_series(alloc, m.basis_hosts, demand["bucket_s"].to_numpy(), bucket_s, window)
-    if allocated is None:
-        return held, held_r
     reporting = demand["gpus_reporting"].to_numpy().astype(float)
-    billed = np.maximum(held, np.minimum(allocated, reporting))
+    starts = demand["bucket_s"].to_numpy()
+    if gpu_hours is None or not gpu_hours.height:
+        allocated = billed_series(alloc, m.basis_hosts, starts, bucket_s, window)
+        if allocated is None:
+            return held, held_r
+        billed = np.maximum(held, np.minimum(allocated, reporting))
+        return billed, float(billed.sum() * bucket_s / H)
+    extra = _allocated_beyond_held(alloc, m.basis_hosts, gpu_hours, window)
+    if extra is None:
+        return held, held_r
+    hour = (np.asarray(starts, dtype=float) // H) * H
+    add = np.array([extra.get(float(x), 0.0) for x in hour]) if extra else np.zeros(held.shape)
+    billed = np.minimum(held + add, np.maximum(reporting, held))
     return billed, float(billed.sum() * bucket_s / H)
+
+
+def _allocated_beyond_held(alloc: pl.DataFrame | None, hosts: frozenset[str], gpu_hours: pl.DataFrame,
+                           window: tuple[float, float] | None) -> dict[float, float] | None:
+    """{hour_s: Σ over hosts of max(min(allocated, reporting) − held, 0)}, each a mean over the hour in GPU
+    equivalents; None without allocations."""
+    if not has_allocations(alloc) or not hosts:
+        return None
+    per = (gpu_hours.filter(pl.col("host").is_in(list(hosts)))
+           .group_by("host", "hour_s")
+           .agg((pl.col("observed_s") * pl.col("gpu_fraction")).sum().alias("rep"),
+                (pl.col("held_s") * pl.col("gpu_fraction")).sum().alias("held"))
+           .sort("host", "hour_s"))
+    assert alloc is not None
+    by_host = alloc.filter(pl.col("host").is_in(list(hosts))).partition_by("host", as_dict=True)  # one pass
+    out: dict[float, float] = {}
+    for (host,), part in per.group_by(["host"], maintain_order=True):
+        hours = part["hour_s"].to_numpy().astype(float)
+        mine = by_host.get((host,))
+        a = billed_series(mine, frozenset([str(host)]), hours, float(H), window) if mine is not None else None
+        if a is None:
+            continue
+        beyond = np.maximum(np.minimum(a, part["rep"].to_numpy() / H) - part["held"].to_numpy() / H, 0.0)
+        for x, v in zip(hours, beyond, strict=True):
+            if v > 0:
+                out[float(x)] = out.get(float(x), 0.0) + float(v)
+    return out

@@ -118,7 +118,7 @@ def analyze_rollups(
     demand, bucket_s = ut.demand_series(roll)
     # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
     billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r,
-                                        (tr.start.timestamp(), tr.end.timestamp()))
+                                        (tr.start.timestamp(), tr.end.timestamp()), roll.gpu_hours)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
