@@ -313,3 +313,18 @@ def test_an_allocation_while_its_agent_was_silent_is_not_billed_twice(tmp_path: 
     write_allocations(tmp_path, frame([_alloc("1", "a", 8, 0, 8)]), "slurm")
     r = analyze(tmp_path)
     assert r.hybrid.peak_demand.value <= 8.0 + 1e-6  # it was 16
+
+
+def test_chargeback_prices_waste_as_the_report_does(tmp_path: Path) -> None:
+    """The chargeback priced idle GPU-hours at the on-demand list price ($6.88) while the report's waste in dollars
+    used the flexible price ($3.17): the same idle hours were $2.6k in the report and $5.6k in the CSVs. One price
+    per use: waste is priced at the flexible price everywhere."""
+    samples, procs = _node()
+    write(tmp_path, samples, procs)
+    write_allocations(tmp_path, frame(ALLOCS), "slurm")
+    r = analyze(tmp_path)
+    flexible = r.costs.cloud_flexible_usd_per_gpu_hour.value
+    assert r.chargeback is not None and r.chargeback.usd_per_gpu_hour == pytest.approx(flexible)
+    assert flexible != pytest.approx(r.costs.cloud_usd_per_gpu_hour.value)  # the two cards differ
+    acct = {x["account"]: x for x in r.chargeback.by_account.rows}["phys"]
+    assert acct["idle_usd"] == pytest.approx(acct["idle_gpu_hours"] * flexible)

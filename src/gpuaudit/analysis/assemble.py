@@ -50,7 +50,10 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
     charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
-                           float(costs_.cloud_usd_per_gpu_hour.value or 0.0), cb.unheld_real_s(roll.gpu_hours))
+                           # waste in dollars has one price, the flexible one (an hour released saves it),
+                           # as the report's phantom gap in dollars: one cloud price per use
+                           float(costs_.cloud_flexible_usd_per_gpu_hour.value or 0.0),
+                           cb.unheld_real_s(roll.gpu_hours))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)

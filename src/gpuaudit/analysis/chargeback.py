@@ -9,8 +9,9 @@ processes (user, namespace; account and partition "(no allocation)"). Rows sum t
 to the scheduler's GPU-hours in the window, held to R, real to S (SM activity outside any held time is the row
 "(no process)").
 
-idle GPU-hours = max(allocated, held) − real; idle_usd = idle × the configured cloud list price per GPU-hour
-(what renting that idle time would have cost). efficiency = real / max(allocated, held).
+idle GPU-hours = max(allocated, held) − real; idle_usd = idle × the cloud flexible price per GPU-hour (what an
+hour released would save: the one price of waste in dollars, as the report's phantom gap in dollars).
+efficiency = real / max(allocated, held).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
             TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
             TableColumn("efficiency", "fraction", "real ÷ max(allocated, held)"),
             TableColumn("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
-            TableColumn("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the configured cloud list "
+            TableColumn("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the cloud flexible "
                                       "price)"))
     return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the idle part.", cols,
                  tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
@@ -169,7 +170,7 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
             TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
             TableColumn("idle_gpu_hours", "GPU-h", "the idle part (after the active stretch for that reason)"),
             TableColumn("active_hours", "hours", "hours with SM activity before it went idle"),
-            TableColumn("idle_usd", "USD", "idle GPU-hours × the configured cloud list price"))
+            TableColumn("idle_usd", "USD", "idle GPU-hours × the cloud flexible price"))
     both = pl.concat([d.select("job", "user", "account", "reason", "allocated_s", "held_s", "real_s",
                                "idle_gpu_hours", "active_hours") for d in (zero, went)])
     both = both.with_columns((pl.col("allocated_s") / H).alias("allocated_gpu_hours"),
