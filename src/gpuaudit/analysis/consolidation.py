@@ -21,28 +21,23 @@ import numpy as np
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.hybrid import size
-from gpuaudit.analysis.result import Consolidation, Deployment, Table
+from gpuaudit.analysis.result import Consolidation, Table
 from gpuaudit.analysis.scenarios import CostBlock, _cloud_of, latency_floor
 
 TOP_HOLDERS = 3
 
 
-def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, current: Deployment, recommended_usd: float,
+def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended_usd: float,
                 runtime_utilization: float, efficiency_while_held: float | None, idle_held_gpu_hours: float,
-                per_user: Table, *, latency_share: float = 0.0, data_residency: bool = False,
-                held: np.ndarray | None = None, recommended_rents: bool | None = None,
-                recommended_owns: bool = True) -> Consolidation:
-    """`in_use`: the fleet-scaled SM-weighted demand per bucket (the same buckets as block.held, `held`);
-    `recommended_rents` / `recommended_owns`: whether the recommended plan rents / owns GPUs (None: it rents
-    when the fleet runs in the cloud)."""
-    if recommended_rents is None:
-        recommended_rents = current is Deployment.CLOUD
-        recommended_owns = current is Deployment.ON_PREM
+                per_user: Table, *, held: np.ndarray, recommended_rents: bool, recommended_owns: bool,
+                latency_share: float = 0.0, data_residency: bool = False) -> Consolidation:
+    """`in_use`: the fleet-scaled SM-weighted demand per bucket and `held` the held GPUs in the same buckets
+    (block.held); `recommended_rents` / `recommended_owns`: whether the recommended plan rents / owns GPUs."""
     target = cfg.analysis.consolidation_target
     tl, fl = block.timeline, block.fleet
     peak = float(np.max(in_use)) if in_use.size else 0.0
     # the packed work never needs more GPUs than were held in the bucket (it is those GPUs' work)
-    work = np.minimum(in_use / target, held) if held is not None and held.shape == in_use.shape else in_use / target
+    work = np.minimum(in_use / target, held)
     n_fit = min(max(1, math.ceil(float(work.max(initial=0.0)) - 1e-9)), max(fl.gpus, 1))
     work = np.minimum(work, float(n_fit))
     power = block.power or costs.PowerModel(block.watts, block.watts, block.watts)

@@ -300,24 +300,17 @@ def allocated_utilization(led: Ledger) -> Figure:
 
 
 def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float,
-                  window: tuple[float, float] | None = None, gpu_hours: pl.DataFrame | None = None
-                  ) -> tuple[np.ndarray, float]:
+                  window: tuple[float, float] | None, gpu_hours: pl.DataFrame) -> tuple[np.ndarray, float]:
     """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: what processes held, plus, host by
     host and hour by hour, the GPUs the scheduler allocated beyond what was held there — never more than that
     host reported in that hour (an allocation on a GPU whose agent was silent is not measured: the fleet
     scaling extrapolates the silence, and counting it too would bill it twice). Hosts without allocations
     contribute what processes held. Per host, because fleet totals let one host's held GPUs cancel another's
     allocation (8 allocated on a, 8 held on b billed 10, not 16). `window`: the trial (billed_series);
-    `gpu_hours`: stage 1's per-GPU-hour rollup (without it, the fleet totals per bucket)."""
+    `gpu_hours`: stage 1's per-GPU-hour rollup."""
     held = demand["gpus_held"].to_numpy().astype(float)
     reporting = demand["gpus_reporting"].to_numpy().astype(float)
     starts = demand["bucket_s"].to_numpy()
-    if gpu_hours is None or not gpu_hours.height:
-        allocated = billed_series(alloc, m.basis_hosts, starts, bucket_s, window)
-        if allocated is None:
-            return held, held_r
-        billed = np.maximum(held, np.minimum(allocated, reporting))
-        return billed, float(billed.sum() * bucket_s / H)
     extra = _allocated_beyond_held(alloc, m.basis_hosts, gpu_hours, window)
     if extra is None:
         return held, held_r

@@ -225,7 +225,7 @@ def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, deci
         elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
     scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
     rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
-    return consolidate(cfg, block, scaled, m.current, float(rec.total.value or 0.0), t.runtime_utilization,
+    return consolidate(cfg, block, scaled, float(rec.total.value or 0.0), t.runtime_utilization,
                        t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, latency_share=m.latency_share,
                        data_residency=m.data_residency, held=block.held, recommended_rents=is_cloud_used(rec),
                        recommended_owns=rec.owned_gpus > 0)

@@ -19,6 +19,29 @@ import_app = typer.Typer(
 )
 app.add_typer(import_app, name="import")
 
+# How `import prometheus` and `import kubernetes` reach the Prometheus server (the same options for both).
+BearerOption = typer.Option(None, "--bearer-token-file",
+                            help="File holding a bearer token (else env GPUAUDIT_PROM_TOKEN).")
+UserOption = typer.Option(None, "--user", help="Basic-auth user.")
+PasswordOption = typer.Option(None, "--password",
+                              help="Basic-auth password; prefer env GPUAUDIT_PROM_PASSWORD (visible to other "
+                                   "users in the process list otherwise).")
+CaFileOption = typer.Option(None, "--ca-file", help="CA bundle to verify the server's TLS certificate.")
+InsecureOption = typer.Option(False, "--insecure", help="Do not verify TLS certificates.")
+
+
+def _connect(url: str, bearer_token_file: Path | None, user: str | None, password: str | None,
+             ca_file: Path | None, insecure: bool, **transport_kw: Any) -> Any:
+    """The Prometheus transport from the connection options (the token and CA files must be local files)."""
+    from gpuaudit.importer.promclient import transport
+
+    if bearer_token_file is not None:
+        bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")
+    if ca_file is not None:
+        ca_file = local_path(ca_file, "--ca-file", "a file")
+    return transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
+                     insecure=insecure, **transport_kw)
+
 
 @import_app.command("prometheus")
 @handle_errors
@@ -45,14 +68,11 @@ def prometheus(
     exporter_pod: str = typer.Option(None, "--exporter-pod",
                                      help="Regex of pod names that are the exporter itself, not a workload "
                                           "('' keeps every pod; default: the preset's, dcgm-exporter)."),
-    bearer_token_file: Path = typer.Option(None, "--bearer-token-file",
-                                           help="File holding a bearer token (else env GPUAUDIT_PROM_TOKEN)."),
-    user: str = typer.Option(None, "--user", help="Basic-auth user."),
-    password: str = typer.Option(None, "--password",
-                                 help="Basic-auth password; prefer env GPUAUDIT_PROM_PASSWORD (visible to "
-                                      "other users in the process list otherwise)."),
-    ca_file: Path = typer.Option(None, "--ca-file", help="CA bundle to verify the server's TLS certificate."),
-    insecure: bool = typer.Option(False, "--insecure", help="Do not verify TLS certificates."),
+    bearer_token_file: Path = BearerOption,
+    user: str = UserOption,
+    password: str = PasswordOption,
+    ca_file: Path = CaFileOption,
+    insecure: bool = InsecureOption,
     timeout: float = typer.Option(30.0, "--timeout",
                                   help="Seconds one request may take in all: connecting, headers and body (a "
                                        "server that answers slowly is cut off too); with retries, "
@@ -71,20 +91,15 @@ def prometheus(
     Example: gpuaudit import prometheus --url http://prometheus:9090 --start -30d --step 5m
     """
     from gpuaudit.importer.mapping import build_mapping
-    from gpuaudit.importer.promclient import transport
     from gpuaudit.importer.prometheus import import_prometheus, summary
     from gpuaudit.importer.timespec import parse_step_s, parse_time
     from gpuaudit.util.textsafe import printable
 
-    if bearer_token_file is not None:
-        bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")
-    if ca_file is not None:
-        ca_file = local_path(ca_file, "--ca-file", "a file")
     step_s = parse_step_s(step)
     t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
     mapping = build_mapping(metric, label, selector=selector, exporter_pod=exporter_pod, exporter=exporter)
-    conn = transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
-                     insecure=insecure, timeout_s=timeout, retries=retries, max_response_mb=max_response_mb)
+    conn = _connect(url, bearer_token_file, user, password, ca_file, insecure, timeout_s=timeout, retries=retries,
+                    max_response_mb=max_response_mb)
     bar: dict[str, Any] = {}
 
     def progress(done: int, total: int) -> None:
@@ -187,13 +202,11 @@ def kubernetes(
     end: str = typer.Option("now", "--end", help="Window end, same forms as --start."),
     step: str = typer.Option("60s", "--step", help="Resolution of pod start and end (60s, 5m)."),
     selector: str = typer.Option("", "--selector", help='Extra label matchers, e.g. \'cluster="prod"\'.'),
-    bearer_token_file: Path = typer.Option(None, "--bearer-token-file",
-                                           help="File holding a bearer token (else env GPUAUDIT_PROM_TOKEN)."),
-    user: str = typer.Option(None, "--user", help="Basic-auth user."),
-    password: str = typer.Option(None, "--password", help="Basic-auth password; prefer env "
-                                                          "GPUAUDIT_PROM_PASSWORD."),
-    ca_file: Path = typer.Option(None, "--ca-file", help="CA bundle to verify the server's TLS certificate."),
-    insecure: bool = typer.Option(False, "--insecure", help="Do not verify TLS certificates."),
+    bearer_token_file: Path = BearerOption,
+    user: str = UserOption,
+    password: str = PasswordOption,
+    ca_file: Path = CaFileOption,
+    insecure: bool = InsecureOption,
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait for each HTTP answer."),
     data: Path = DataOption,
 ) -> None:
@@ -203,17 +216,11 @@ def kubernetes(
     Example: gpuaudit import kubernetes --url http://prometheus:9090 --start -30d
     """
     from gpuaudit.importer.kubernetes import import_kubernetes
-    from gpuaudit.importer.promclient import transport
     from gpuaudit.importer.timespec import parse_step_s, parse_time
 
-    if bearer_token_file is not None:
-        bearer_token_file = local_path(bearer_token_file, "--bearer-token-file", "a file")
-    if ca_file is not None:
-        ca_file = local_path(ca_file, "--ca-file", "a file")
     step_s = parse_step_s(step)
     t_start, t_end = parse_time(start, option="--start"), parse_time(end, option="--end")
-    conn = transport(url, bearer_token_file=bearer_token_file, user=user, password=password, ca_file=ca_file,
-                     insecure=insecure, timeout_s=timeout)
+    conn = _connect(url, bearer_token_file, user, password, ca_file, insecure, timeout_s=timeout)
     root = data_path(data)
     summary = import_kubernetes(root, conn, t_start, t_end, step_s, selector=selector)
     _allocation_summary(url, summary, root, "pods")
