@@ -42,6 +42,8 @@ log = logging.getLogger("gpuaudit.store")
 
 
 COMPACT_LOCK = ".compact.lock"  # see compaction_lock
+
+
 @dataclass
 class CompactStats:
     partitions: int = 0
