@@ -292,11 +292,19 @@ def _hosts(host: str, gpus: int, held_gpus: int, n: int = N) -> tuple[list[dict]
 def test_allocations_are_billed_host_by_host(tmp_path: Path) -> None:
     """Host a: 8 GPUs allocated all the time, processes on 2; host b (no scheduler): processes on all 8. The
     billed demand was max(fleet held, fleet allocated) = max(10, 8) = 10: b's held GPUs cancelled a's allocation.
-    Host by host it is 8 + 8 = 16."""
+    Host by host it is 8 + 8 = 16. The allocation comes in as the scheduler writes it (sacct --parsable2, the
+    fields `gpuaudit import slurm` asks for) through the importer."""
+    from zoneinfo import ZoneInfo
+
+    from gpuaudit.importer.slurm import import_sacct
+
     sa, pa = _hosts("a", 8, 2)
     sb, pb = _hosts("b", 8, 8)
     write(tmp_path, sa + sb, pa + pb)
-    write_allocations(tmp_path, frame([_alloc("1", "a", 8, -1, 9)]), "slurm")
+    sacct = ("JobID|JobIDRaw|User|Account|Partition|State|Start|End|NodeList|AllocTRES\n"
+             "4242|4242|alice|phys|gpu|COMPLETED|2026-03-01T23:00:00|2026-03-02T09:00:00|a|"
+             "billing=64,cpu=64,gres/gpu=8,mem=512G,node=1\n")
+    import_sacct(tmp_path, sacct, tz=ZoneInfo("UTC"), now=T0 + dt.timedelta(days=1))
     r = analyze(tmp_path)
     assert r.hybrid.peak_demand.value == pytest.approx(16.0, abs=1e-6)
     assert r.break_even.measured_held == pytest.approx(1.0, rel=1e-6)
