@@ -12,20 +12,19 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from gpuaudit.agent.log import event
 from gpuaudit.errors import GpuauditError
+from gpuaudit.util import locks
 
-LOCK_TRIES = 5  # a lock held for an instant (someone probing it) is retried before giving up
+LOCK_WAIT_S = 0.4  # a lock held for an instant (someone probing it) is retried this long before giving up
 LOCK_RETRY_S = 0.1
 
 _HELD: set[int] = set()  # lock fds of this process: a forked child closes its copies (see below)
@@ -75,24 +74,19 @@ class AgentLock:
         except OSError as e:
             event("lock_unavailable", logging.WARNING, path=self.path, error=e.strerror or e)
             return False
-        for attempt in range(LOCK_TRIES):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt + 1 < LOCK_TRIES:
-                    time.sleep(LOCK_RETRY_S)
-                    continue
-                holder = _read_holder(fd)
-                os.close(fd)
-                raise GpuauditError(
-                    f"another agent for host {self.host!r} is already running on {self.root} "
-                    f"({holder or 'holder unknown'}; lock {self.path}): stop it first, or give this one "
-                    "another --host or --data") from None
-            except OSError as e:  # e.g. ENOLCK: a filesystem without lock support
-                os.close(fd)
-                event("lock_unavailable", logging.WARNING, path=self.path, error=e.strerror or e)
-                return False
+        try:
+            ok = locks.take(fd, wait_s=LOCK_WAIT_S, poll_s=LOCK_RETRY_S)
+        except OSError as e:  # e.g. ENOLCK: a filesystem without lock support
+            os.close(fd)
+            event("lock_unavailable", logging.WARNING, path=self.path, error=e.strerror or e)
+            return False
+        if not ok:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise GpuauditError(
+                f"another agent for host {self.host!r} is already running on {self.root} "
+                f"({holder or 'holder unknown'}; lock {self.path}): stop it first, or give this one "
+                "another --host or --data")
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)

@@ -37,7 +37,6 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import grp
 import hashlib
 import json
@@ -54,7 +53,7 @@ from typing import IO, Any, Protocol, cast
 from gpuaudit import schema, store
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import readers, remote
-from gpuaudit.util import atomic, jsonio, paths
+from gpuaudit.util import atomic, jsonio, locks, paths
 
 log = logging.getLogger("gpuaudit.push")
 
@@ -398,19 +397,12 @@ def _locked(state: Path, url: str, owner: tuple[int, int] | None, wait_s: float,
         _give(d, owner)
     (state / "target").write_text(url + "\n", encoding="utf-8")  # which target this folder is about
     _give(state / "target", owner)
-    fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         _give(state / "lock", owner)
-        deadline = clock() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if clock() >= deadline:
-                    raise PushBusy(f"another `gpuaudit push` to {url} from this dataset is running; it ships "
-                                   "these files (a file it missed goes with the next push)") from None
-                sleep(LOCK_POLL_S)
+        if not locks.take(fd, wait_s=wait_s, poll_s=LOCK_POLL_S, sleep=sleep, clock=clock):
+            raise PushBusy(f"another `gpuaudit push` to {url} from this dataset is running; it ships "
+                           "these files (a file it missed goes with the next push)")
         yield
     finally:
         os.close(fd)

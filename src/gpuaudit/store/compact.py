@@ -4,7 +4,6 @@ shows rows twice and never loses any. One compaction per dataset at a time (an f
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ from gpuaudit.store.journal import (
 )
 from gpuaudit.store.reader import find_damaged, parquet_problem
 from gpuaudit.store.writer import copy_to
+from gpuaudit.util import locks
 from gpuaudit.util.atomic import fsync, publish
 
 if TYPE_CHECKING:
@@ -116,23 +116,20 @@ def compaction_lock(root: Path | str, *, wait: bool = True) -> Iterator[None]:
     so), else refuse with an error."""
     path = Path(root) / COMPACT_LOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as e:  # a read-only mount (EROFS) or a directory this user cannot write (EACCES)
         raise GpuauditError(f"cannot compact {root}: {e.strerror or e} (creating its lock {path}); nothing was "
                             "changed") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not locks.take(fd):
             if not wait:
                 raise GpuauditError(f"another compaction of {root} is running (it holds {path}); nothing was "
-                                    "changed: run again once it is done, or without --no-wait to wait for it"
-                                    ) from None
+                                    "changed: run again once it is done, or without --no-wait to wait for it")
             log.warning("waiting for another compaction of %s to finish (lock %s)", root, path)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            locks.take(fd, wait_s=locks.WAIT)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        locks.close(fd)
 
 
 def check_date(date: str) -> None:

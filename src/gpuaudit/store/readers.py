@@ -24,11 +24,12 @@ opens lock files that exist (it never writes into a dataset): writers create the
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from gpuaudit.util import locks
 
 log = logging.getLogger("gpuaudit.store")
 
@@ -38,89 +39,50 @@ LOCK_FILES = (READ_LOCK, PUBLISH_LOCK)
 STABLE_TRIES = 20  # listings of one partition before its last one is taken as it is
 
 
-def _open(path: Path, *, create: bool) -> int | None:
-    if create:
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError:
-            pass  # another user's lock file: a read-only descriptor takes an flock all the same
-    try:
-        return os.open(path, os.O_RDONLY)
-    except OSError:  # absent (nothing ever wrote here), a read-only dataset, s3:// seen as a path
-        return None
-
-
 def prepare(root: Path) -> None:
     """Create the lock files before a writer first changes `root`: a reader that opens after this holds them."""
     for name in LOCK_FILES:
-        fd = _open(Path(root) / name, create=True)
-        if fd is not None:
-            os.close(fd)
+        locks.close(locks.open_file(Path(root) / name))
 
 
 def hold(root: Path) -> int | None:
     """A reader's shared lock on `root` while it is open (release with `release`); None where there is none to
     take (no writer has created it yet, or the root is not a local directory)."""
-    fd = _open(Path(root) / READ_LOCK, create=False)
+    fd = locks.open_file(Path(root) / READ_LOCK, create=False)
     if fd is None:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a writer's few unlinks
+        locks.take(fd, shared=True, wait_s=locks.WAIT)  # waits only for a writer's few unlinks
     except OSError:
-        os.close(fd)
+        locks.close(fd)
         return None
     return fd
 
 
-def release(fd: int | None) -> None:
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.close(fd)  # releases the flock
+release = locks.close
 
 
 @contextlib.contextmanager
 def unread(root: Path) -> Iterator[bool]:
     """For a writer about to delete files a compaction record replaced: True when no reader holds `root` open
-    (readers then wait for the block to end before they list), False when one does: keep the files."""
-    fd = _open(Path(root) / READ_LOCK, create=True)
-    if fd is None:  # cannot create the lock (read-only root): nobody can be told apart, keep the files
-        yield False
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+    (readers then wait for the block to end before they list), False when one does, or the lock cannot be
+    created (a read-only root: nobody can be told apart): keep the files."""
+    with locks.held(Path(root) / READ_LOCK, wait_s=0.0) as free:
+        yield free
 
 
 @contextlib.contextmanager
 def publishing(root: Path) -> Iterator[None]:
     """A writer's exclusive lock for the moment files appear or disappear in `root` (short: renames and links)."""
-    fd = _open(Path(root) / PUBLISH_LOCK, create=True)
-    try:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+    with locks.held(Path(root) / PUBLISH_LOCK):
         yield
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 @contextlib.contextmanager
 def listing(root: Path) -> Iterator[None]:
     """A reader's shared lock while it lists `root`: no writer publishes meanwhile (where the lock exists)."""
-    fd = _open(Path(root) / PUBLISH_LOCK, create=False)
-    try:
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_SH)
+    with locks.held(Path(root) / PUBLISH_LOCK, shared=True, create=False):
         yield
-    finally:
-        release(fd)
 
 
 def stable_names(part_dir: Path) -> list[str]:
