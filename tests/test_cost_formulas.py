@@ -97,6 +97,6 @@ def test_instance_billing_break_even_from_a_bill_priced_by_hand() -> None:
     tl = timeline(cfg)
     own = float(owned_total(owned_cost(cfg, tl, 8.0, 400.0, fl.existing, fl.age_years))[0])
     sold = float(owned_total(owned_cost(cfg, tl, 0.0, 400.0, fl.existing, fl.age_years))[0])
-    assert be.measured_held == pytest.approx(0.5)
+    assert be.measured_billed == pytest.approx(0.5)
     assert be.rent_variable_usd == pytest.approx(compute)
     assert be.held == pytest.approx(0.5 * (own - sold - fixed_cloud) / compute)

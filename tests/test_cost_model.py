@@ -508,8 +508,8 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
         cfg = load_config().replace("cloud", billing_granularity=granularity)
         block = cost_block(cfg, m, what_if=False)
         be = block.break_even
-        assert be.held is not None and be.measured_held == pytest.approx(held.mean() / 8)
-        k = be.held / be.measured_held
+        assert be.held is not None and be.measured_billed == pytest.approx(held.mean() / 8)
+        k = be.held / be.measured_billed
         tl = timeline(cfg)
 
         def rent(k: float, cfg=cfg, tl=tl, unit=block.prices.unit) -> float:  # type: ignore[no-untyped-def]
@@ -522,7 +522,7 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
         assert be.rent_fixed_usd + be.rent_variable_usd == pytest.approx(be.cloud_usd, rel=1e-9)
         if granularity == "gpu":
             assert rent(k) == pytest.approx(be.own_usd, rel=1e-9)
-        assert (be.measured_held < be.held) == (be.verdict == "cloud")
+        assert (be.measured_billed < be.held) == (be.verdict == "cloud")
 
 
 def test_article_preset_reproduces_its_on_prem_total_through_the_analyzer() -> None:

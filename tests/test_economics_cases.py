@@ -45,9 +45,9 @@ def test_break_even_verdict_follows_what_the_cloud_bills(steady32: Path) -> None
     renting = s["all-cloud"].total.value
     assert r.break_even.verdict == ("cloud" if renting < owning else "on-prem")
     assert r.break_even.verdict == "on-prem" and r.costs.cheapest == "stay-as-is"
-    u = r.break_even.held_utilization.value
-    assert u is not None and (r.break_even.measured_held < u) == (r.break_even.verdict == "cloud")
-    assert r.break_even.measured_held == pytest.approx(r.utilization.runtime_utilization.value, abs=0.01)
+    u = r.break_even.billed_utilization.value
+    assert u is not None and (r.break_even.measured_billed < u) == (r.break_even.verdict == "cloud")
+    assert r.break_even.measured_billed == pytest.approx(r.utilization.runtime_utilization.value, abs=0.01)
 
 
 def _steady_rows(n_gpus: int, hours: int = 48, sm: float = 0.95) -> list[dict]:  # type: ignore[type-arg]

@@ -69,4 +69,24 @@ def test_the_work_fits_on_far_fewer_gpus() -> None:
     # named beside the buy/rent answer
     verdict = build_report(r, version="t").verdict
     lever = next(f for f in verdict.figures if f.label.startswith("Biggest lever"))
-    assert "3 GPUs" in lever.text and "bob" in lever.source
+    assert "owns 3 GPUs" in lever.text and "bob" in lever.source
+
+
+def test_the_lever_says_what_it_changes_in_the_recommended_plans_terms() -> None:
+    """The demo (128 GPUs × 90 days) read "the work fits on 109 GPUs: $555k less than the recommended plan"
+    beside a recommendation that keeps 88, and "own enough GPUs for the packed peak (9)" sat beside "the work
+    fits on 10" and a hybrid-if-packed owning 7. The lever says what the recommended plan would own and rent
+    instead; the packed work's GPU count is in its source, labelled as the packed work's."""
+    cfg = load_config()
+    samples, procs = _genomics()
+    r = analyze_rollups(rollups(samples, procs), cfg)
+    c = r.consolidation
+    assert c is not None
+    rec = next(s for s in r.costs.scenarios if s.id == r.decision.recommended_scenario)
+    assert c.recommended_owned_gpus == rec.owned_gpus
+    assert c.recommended_cloud_gpu_hours == pytest.approx(rec.cloud_gpu_hours)
+    lever = next(f for f in build_report(r, version="t").verdict.figures if f.label.startswith("Biggest lever"))
+    assert f"the recommended plan owns {c.owned_gpus:,} GPUs instead of {rec.owned_gpus:,}" in lever.text
+    assert "fits on" not in lever.text and f"fits on {c.fits_on_gpus:,} GPUs" in lever.source
+    packed = {s.id: s for s in r.costs.scenarios}["all-on-prem-if-packed"]
+    assert "packed peak" not in packed.description and "held demand ×" in packed.description

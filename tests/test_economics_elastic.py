@@ -61,7 +61,7 @@ def test_an_autoscaled_cloud_fleet_is_billed_for_what_it_held(new_uuid: bool) ->
     assert s["all-cloud"].total.value == pytest.approx(usd, rel=1e-6)
     assert r.hybrid.mean_demand.value == pytest.approx(42.5, rel=1e-6)
     assert r.hybrid.peak_demand.value == pytest.approx(200, rel=1e-6)
-    assert r.break_even.measured_held == pytest.approx(42.5 / 200, rel=1e-6)
+    assert r.break_even.measured_billed == pytest.approx(42.5 / 200, rel=1e-6)
     # the elastic GPUs' absent time is not a coverage gap; owning the burst peak is never the plan
     assert r.data_quality.coverage.value == pytest.approx(1.0, abs=1e-6)
     assert not any("gaps" in w or "stopped reporting" in w for w in r.warnings)

@@ -102,7 +102,7 @@ def test_unknown_host_and_overflow_are_unmapped() -> None:
 
 def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Path) -> None:
     """analyze --json has `ledger` and utilization.allocated_utilization; with allocations the cost model's
-    held-hour basis is the allocated demand (per 5-minute bucket the larger of held and allocated)."""
+    billed-hour basis is held, and where allocations are imported, allocated or active (W − unallocated)."""
     samples, procs = _node()
     write(tmp_path / "plain", samples, procs)
     write(tmp_path / "alloc", samples, procs)
@@ -114,8 +114,8 @@ def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Pat
     assert plain.to_dict()["utilization"]["allocated_utilization"]["value"] == pytest.approx(7 / 32)
     assert plain.to_dict()["ledger"]["basis"] == "processes"
     # held: 7 GPU-h; billed max(held, allocated) by hour: 0+2+2+2+3+1+2+1 = 13 GPU-h of W = 32.
-    assert plain.break_even.measured_held == pytest.approx(7 / 32, rel=1e-6)
-    assert alloc.break_even.measured_held == pytest.approx(13 / 32, rel=1e-6)
+    assert plain.break_even.measured_billed == pytest.approx(7 / 32, rel=1e-6)
+    assert alloc.break_even.measured_billed == pytest.approx(13 / 32, rel=1e-6)
     assert plain.utilization.real_utilization.value == alloc.utilization.real_utilization.value
 
 
@@ -215,7 +215,7 @@ def test_report_first_section_shows_allocated_held_real_and_the_ledger(tmp_path:
         text = written.files["md"].read_text()
         md[name] = text[text.index("## 1. "):text.index("## 2. ")]
         assert (tmp_path / f"out-{name}" / "charts" / "ledger.svg").read_text().startswith("<?xml")
-    assert "Believed: allocated (scheduler) utilization | 37.5 %" in md["alloc"]
+    assert "Believed: allocated (scheduler) utilization A/W | 37.5 %" in md["alloc"]
     assert "The scheduler shows the fleet 37.5 % allocated" in md["alloc"]
     assert "| allocated, no process | 6.0 GPU-h | 18.8 %" in md["alloc"]
     assert "believed is inferred from processes" in md["plain"]
@@ -276,7 +276,7 @@ def test_with_allocations_believed_and_the_phantom_dollars_are_one_quantity_each
     believed = [f for f in report.verdict.figures if f.label.startswith("Believed")]
     section1 = [f for f in report.sections[0].figures if f.label.startswith("Believed")]
     assert [(f.label, f.text) for f in believed] == [(f.label, f.text) for f in section1]
-    assert believed[0].label == "Believed: allocated (scheduler) utilization" and believed[0].text == "37.5 %"
+    assert believed[0].label == "Believed: allocated (scheduler) utilization A/W" and believed[0].text == "37.5 %"
 
 
 def _hosts(host: str, gpus: int, held_gpus: int, n: int = N) -> tuple[list[dict], list[dict]]:
@@ -307,7 +307,7 @@ def test_allocations_are_billed_host_by_host(tmp_path: Path) -> None:
     import_sacct(tmp_path, sacct, tz=ZoneInfo("UTC"), now=T0 + dt.timedelta(days=1))
     r = analyze(tmp_path)
     assert r.hybrid.peak_demand.value == pytest.approx(16.0, abs=1e-6)
-    assert r.break_even.measured_held == pytest.approx(1.0, rel=1e-6)
+    assert r.break_even.measured_billed == pytest.approx(1.0, rel=1e-6)
 
 
 def test_an_allocation_while_its_agent_was_silent_is_not_billed_twice(tmp_path: Path) -> None:
@@ -336,3 +336,45 @@ def test_chargeback_prices_waste_as_the_report_does(tmp_path: Path) -> None:
     assert flexible != pytest.approx(r.costs.cloud_usd_per_gpu_hour.value)  # the two cards differ
     acct = {x["account"]: x for x in r.chargeback.by_account.rows}["phys"]
     assert acct["idle_usd"] == pytest.approx(acct["idle_gpu_hours"] * flexible)
+
+
+def _billed_vs_allocated(tmp_path: Path, samples: list[dict], procs: list[dict], allocs: list[dict]):  # type: ignore[no-untyped-def]
+    write(tmp_path, samples, procs)
+    write_allocations(tmp_path, frame(allocs), "slurm")
+    r = analyze(tmp_path)
+    w = r.ledger.observed_gpu_hours.value or 0.0
+    billed = w - (r.ledger.unallocated.value or 0.0)  # allocated or active: what the cloud bills
+    return r, billed / w
+
+
+def test_billed_hours_are_never_below_allocated_within_an_hour(tmp_path: Path) -> None:
+    """The phantom demo (16 GPUs, 14 days, seed 4) read "measured billed-hour utilization 60.25 %" beside
+    "allocated 60.33 %": billed is held or, where larger, allocated, so it can never be below allocated. Job 1 had
+    both GPUs allocated and idle for the first half hour, job 2 both held the second: the hour's mean beyond-held
+    (1 GPU) was spread evenly over the hour's buckets and clipped where both GPUs were held, 1.5 GPU-h billed
+    against 2 allocated. The hour's extra goes where the GPUs were free."""
+    half = 30
+    g = [gpu_rows("n1", f"g{i}", HOUR, sm=lambda j: 0.5 if j >= half else 0.0, procs=lambda j: int(j >= half))
+         for i in range(2)]
+    procs = [p for i, rows in enumerate(g) for p in
+             proc_rows("n1", f"g{i}", ends(rows, lambda j: j >= half), job_id="2", pid=100 + i)]
+    allocs = [_alloc("1", "n1", 2, 0, 0.5), _alloc("2", "n1", 2, 0.5, 1)]
+    r, billed = _billed_vs_allocated(tmp_path, g[0] + g[1], procs, allocs)
+    allocated = r.utilization.allocated_utilization.value or 0.0
+    assert allocated == pytest.approx(1.0)
+    assert r.break_even.measured_billed == pytest.approx(billed, rel=1e-6)
+    assert r.break_even.measured_billed >= allocated - 1e-9  # it was 0.75
+
+
+def test_a_mig_slice_is_billed_at_its_share_once(tmp_path: Path) -> None:
+    """The billed demand weighted a MIG slice's hours by gpu_fraction twice (the rollup's observed_s already
+    carries it): a 3g.40gb slice allocated 2 h, used 1 h, billed (3/7)² of a GPU beyond its use instead of 3/7."""
+    n = 3 * HOUR
+    s1 = gpu_rows("n1", "g0", n, mig_instance=1, gpu_fraction=3 / 7, sm=lambda i: 0.5 if i < HOUR else 0.0,
+                  procs=lambda i: int(i < HOUR))
+    s2 = gpu_rows("n1", "g0", n, mig_instance=2, gpu_fraction=4 / 7)
+    procs = proc_rows("n1", "g0", ends(s1, lambda i: i < HOUR), job_id="800", mig_instance=1)
+    r, billed = _billed_vs_allocated(tmp_path, s1 + s2, procs, [{**_alloc("800", "n1", 3 / 7, 0, 2),
+                                                                 "mig_profile": "3g.40gb"}])
+    assert billed == pytest.approx(2 * 3 / 7 / 3)
+    assert r.break_even.measured_billed == pytest.approx(billed, rel=1e-6)

@@ -40,10 +40,11 @@ def test_the_report_says_the_action_in_counts_and_one_answer_per_question() -> N
     # the break-even says against what, in words, and points to the recommendation
     assert "keeping the GPUs owned today (8 GPUs) pays against renting all of its demand above" in demand.lead
     assert "keep-the-owned-fleet" not in demand.lead and "the recommended plan" in demand.lead
-    # one held-but-no-work figure, and section 2's idle-held hours said to be part of it
+    # one phantom GPU-hours figure, and section 2's idle-held hours said to be part of it
     labels = list(figs)
-    assert sum(label.startswith("Held but did no work") for label in labels) == 1
-    assert any("part of section 1's held but did no work" in label for label in labels)
+    assert sum(label.startswith("Phantom GPU-hours") for label in labels) == 1
+    assert "Idle-held GPU-hours" in labels
+    assert "part of the phantom GPU-hours" in (r.utilization.idle_held_gpu_hours.definition or "")
     # the waste in dollars uses a price on a card: the flexible price shown in section 5
     flexible = r.costs.cloud_flexible_usd_per_gpu_hour.value
     dollars = next(f for f in figs.values() if f.label == "Phantom gap in dollars (trial)")

@@ -32,7 +32,7 @@ def fixed_report(fixed: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
 def test_report_writes_every_format_and_a_summary(fixed: Path, fixed_report: tuple[Path, str]) -> None:
     out, stdout = fixed_report
     assert {p.name for p in out.iterdir()} >= {"report.html", "report.md", "report.json", "charts"}
-    assert "Recommendation:" in stdout and "real (SM-active) utilization" in stdout
+    assert "Recommendation:" in stdout and "Real utilization (SM active) S/W" in stdout
     for name in ("report.html", "report.md", "report.json"):
         assert str(out / name) in stdout.replace("\n", "")
     # The Markdown links every chart, and every linked chart exists next to it.
@@ -202,4 +202,5 @@ def test_duty_cycle_only_fleet_is_reported_as_an_upper_bound(tmp_path: Path) -> 
     from gpuaudit.report import fmt
 
     real = fmt.pct(result["utilization"]["real_utilization"]["value"])
-    assert f"≤ {real}" in html and "upper bound" in html
+    low = fmt.pct(result["utilization"]["real_utilization_lower"]["value"])
+    assert f"{low} – {real}" in html and "upper bound" in html

@@ -41,7 +41,7 @@ DOCUMENTED: dict[str, list[str]] = {
     "data_quality.gpus": ["host", "gpu", "observed_hours", "coverage", "gap_hours", "first_sample", "last_sample",
                           "stopped_reporting"],
     "hybrid.curve": ["n", "owned_usd", "cloud_usd", "total_usd", "cloud_gpu_hours"],
-    "break_even.curve": ["held_utilization", "cloud_usd_per_gpu_year", "owned_usd_per_gpu_year"],
+    "break_even.curve": ["billed_utilization", "cloud_usd_per_gpu_year", "owned_usd_per_gpu_year"],
     "sensitivity.tornado": ["parameter", "key", "base_value", "low_value", "high_value", "base_diff_usd",
                             "low_diff_usd", "high_diff_usd", "plan", "base_plan_usd", "low_plan_usd",
                             "high_plan_usd", "base_margin_usd", "low_margin_usd", "high_margin_usd",  # issue 17
@@ -145,20 +145,23 @@ def test_a_renamed_column_fails_the_report_loudly(result: R.AnalysisResult, path
 def test_the_break_even_curve_is_the_analyzers_and_meets_owning_at_u_star(result: R.AnalysisResult) -> None:
     be, c = result.break_even, result.costs
     k = R.BreakEvenCurveColumns
-    x = be.curve.values(k.HELD_UTILIZATION)
+    x = be.curve.values(k.BILLED_UTILIZATION)
     cloud = be.curve.values(k.CLOUD_USD_PER_GPU_YEAR)
     owned = be.curve.values(k.OWNED_USD_PER_GPU_YEAR)
     assert x[0] == 0.0 and x[-1] == 1.0 and len(x) == 51
     years = c.horizon_months / 12
     # Owning is flat: the reference's total spread over the fleet's GPU-years.
     assert owned == pytest.approx([be.own_usd / (c.fleet_gpus * years)] * len(x))
-    # Renting is a straight line: its fixed part at 0 %, fixed + compute at the measured held-hour utilization.
+    # Renting is a straight line: its fixed part at 0 %, fixed + compute at the measured billed-hour utilization.
     per = c.fleet_gpus * years
     assert cloud[0] == pytest.approx(be.rent_fixed_usd / per)
     slope = (cloud[-1] - cloud[0]) / (x[-1] - x[0])
-    assert cloud[0] + slope * be.measured_held == pytest.approx((be.rent_fixed_usd + be.rent_variable_usd) / per)
+    assert cloud[0] + slope * be.measured_billed == pytest.approx((be.rent_fixed_usd + be.rent_variable_usd) / per)
     # ... and the two lines cross at the break-even u* the cost model found on its own.
-    u_star = be.held_utilization.value
+    u_star = be.billed_utilization.value
+    if be.never:  # renting is cheaper even at 100 %: no crossing, and no u* beside the "never"
+        assert u_star is None and cloud[-1] < owned[-1]
+        return
     assert u_star is not None and u_star > 0
     assert cloud[0] + slope * u_star == pytest.approx(owned[0], rel=1e-9)
 
@@ -169,9 +172,9 @@ def test_the_curve_is_empty_without_a_break_even_and_linear_with_one() -> None:
     none = BreakEvenCalc(None, 0.0, "buy-the-fleet", 1e6, 2e6, "on-prem", 1e5, 0.0)
     assert break_even_curve(none, 8, 36).rows == ()
     assert break_even_curve(none, 8, 36).column_names() == DOCUMENTED["break_even.curve"]
-    some = dataclasses.replace(none, held=0.5, measured_held=0.25, rent_variable_usd=4e5)
+    some = dataclasses.replace(none, held=0.5, measured_billed=0.25, rent_variable_usd=4e5)
     rows = break_even_curve(some, 8, 36).rows
-    assert rows[25] == {"held_utilization": 0.5, "cloud_usd_per_gpu_year": pytest.approx((1e5 + 4e5 * 2) / 24),
+    assert rows[25] == {"billed_utilization": 0.5, "cloud_usd_per_gpu_year": pytest.approx((1e5 + 4e5 * 2) / 24),
                         "owned_usd_per_gpu_year": pytest.approx(1e6 / 24)}
 
 

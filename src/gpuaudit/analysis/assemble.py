@@ -101,7 +101,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
     ok = steady_rep > 1e-9
     scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
     # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
-    # utilization.phantom_gpu_hours (R − S of the hours processes held), the figure the report prints beside it
+    # utilization.phantom_gpu_hours (believed − S), the figure the report prints beside it
     phantom = phantom_gpu_hours * p.flexible
     phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"
     return Costs(
@@ -145,7 +145,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
             "list × (spot share × spot multiplier × (1 + interruptions/h × hours lost) + capacity-block share × "
             "its multiplier + on-demand share) ÷ (1 − reserved share)", "config",
             "A GPU-hour above the reservation, bought as it comes."),
-        phantom_usd=Figure(phantom, "USD", "(R − S) × cloud flexible price", phantom_src,
+        phantom_usd=Figure(phantom, "USD", "phantom GPU-hours (believed − S) × cloud flexible price", phantom_src,
                            "What the held GPU time that did no work would cost in the cloud, over the trial."),
         phantom_usd_per_year=Figure(phantom * HOURS_PER_YEAR / max(trial_days * 24, 1e-9), "USD",
                                     f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
@@ -157,23 +157,23 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
     b = block.break_even
     u = b.held
     never = u is not None and u > 1.0
-    finite = u if u is None or math.isfinite(u) else None
+    finite = u if u is not None and math.isfinite(u) and not never else None
     efficiency = t.s / t.r if t.r > 0 else None
     real = finite * efficiency if finite is not None and efficiency is not None and not never else None
     held = Figure(
         finite, "fraction",
-        "u* = measured held-hour utilization × (owning the fleet − renting's fixed part) ÷ renting's compute bill "
-        "(renting k × today's held demand costs fixed + k × compute)",
+        "u* = billed-hour utilization × (owning the fleet − renting's fixed part) ÷ renting's compute bill "
+        "(renting k × today's billed demand costs fixed + k × compute)",
         f"cost model × fleet-scaled demand; owning: {b.own_reference}",
-        "Share of the fleet's hours held by jobs at which renting costs the same as owning: the cloud bills held "
-        "hours, so this is what to compare with the measured held-hour utilization.")
+        "Break-even billed-hour utilization: the billed-hour utilization at which renting costs the same as "
+        "owning (the cloud bills held and allocated hours, busy or not).")
     return BreakEven(
-        real_utilization=held, never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization,
-        verdict=b.verdict, held_utilization=held,
-        real_equivalent=Figure(real, "fraction", "break-even held-hour utilization × S / R", "cost model + trial",
+        never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization,
+        verdict=b.verdict, billed_utilization=held,
+        real_equivalent=Figure(real, "fraction", "break-even billed-hour utilization × S / R", "cost model + trial",
                                "The real utilization the break-even corresponds to at today's efficiency while held.",
                                upper_bound=upper),
-        measured_held=b.measured_held, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
+        measured_billed=b.measured_billed, own_reference=b.own_reference, own_usd=b.own_usd, cloud_usd=b.cloud_usd,
         rent_fixed_usd=b.rent_fixed_usd, rent_variable_usd=b.rent_variable_usd,
         curve=break_even_curve(b, block.fleet.gpus, block.timeline.months),
     )

@@ -21,18 +21,20 @@ import numpy as np
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.hybrid import size
-from gpuaudit.analysis.result import Consolidation, Table
-from gpuaudit.analysis.scenarios import CostBlock, _cloud_of, latency_floor
+from gpuaudit.analysis.result import Consolidation, CostScenario, Table
+from gpuaudit.analysis.scenarios import CostBlock, _cloud_of, is_cloud_used, latency_floor
 
 TOP_HOLDERS = 3
 
 
-def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended_usd: float,
+def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: CostScenario,
                 runtime_utilization: float, efficiency_while_held: float | None, idle_held_gpu_hours: float,
-                per_user: Table, *, held: np.ndarray, recommended_rents: bool, recommended_owns: bool,
-                latency_share: float = 0.0, data_residency: bool = False) -> Consolidation:
+                per_user: Table, *, held: np.ndarray, latency_share: float = 0.0,
+                data_residency: bool = False) -> Consolidation:
     """`in_use`: the fleet-scaled SM-weighted demand per bucket and `held` the held GPUs in the same buckets
-    (block.held); `recommended_rents` / `recommended_owns`: whether the recommended plan rents / owns GPUs."""
+    (block.held); `recommended`: the recommended plan, whose shape the consolidated plan keeps."""
+    recommended_usd = float(recommended.total.value or 0.0)
+    recommended_rents, recommended_owns = is_cloud_used(recommended), recommended.owned_gpus > 0
     target = cfg.analysis.consolidation_target
     tl, fl = block.timeline, block.fleet
     peak = float(np.max(in_use)) if in_use.size else 0.0
@@ -57,13 +59,15 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended_u
     parts = costs.owned_cost(cfg, tl, float(n_own), power.watts(np.minimum(work, n_own), float(n_own))
                              if n_own else block.watts, fl.existing, fl.age_years)
     usd = float(costs.owned_total(parts)[0])
+    rented_gpu_hours = 0.0
     sold = (f" (keep {min(n_own, fl.existing):,} of the {fl.existing:,} owned, sell the rest)"
             if fl.existing > n_own > 0 else "")
     if n_own >= n_fit:
         plan = f"own {n_fit:,} GPUs{sold}"
     else:
-        bill, _k, _mean = _cloud_of(cfg, tl, work - n_own, block.prices)
+        bill, _k, mean = _cloud_of(cfg, tl, work - n_own, block.prices)
         usd += float(sum(bill.values()))
+        rented_gpu_hours = mean * costs.HOURS_PER_MONTH * tl.months  # as a scenario's cloud_gpu_hours
         why = " for the latency-sensitive work" if n_own == floor and floor > 0 else ""
         plan = (f"own {n_own:,} GPUs{sold}{why} and rent the work above them at {target:.0%} utilization (at most "
                 f"{n_fit:,} GPUs at once)" if n_own else
@@ -84,5 +88,6 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended_u
     return Consolidation(
         fits_on_gpus=n_fit, peak_in_use_gpus=peak, target_utilization=target, plan=plan, plan_usd=usd,
         recommended_usd=recommended_usd, saving_usd=recommended_usd - usd, how=tuple(how),
-        top_idle_holders=top,
+        top_idle_holders=top, owned_gpus=n_own, cloud_gpu_hours=rented_gpu_hours,
+        recommended_owned_gpus=recommended.owned_gpus, recommended_cloud_gpu_hours=recommended.cloud_gpu_hours,
     )

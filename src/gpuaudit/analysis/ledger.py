@@ -22,12 +22,13 @@ unmapped. `inferred_share` says how much of the allocated time was placed withou
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn
+from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn, Utilization
 
 H = 3600.0
 _GPU = ["host", "gpu_uuid", "mig_instance"]
@@ -262,30 +263,53 @@ def _per_week(g: pl.DataFrame) -> Table:
                  tuple(df.select([c.name for c in cols]).to_dicts()), SRC_ALLOC)
 
 
-def billed_series(alloc: pl.DataFrame | None, hosts: frozenset[str], bucket_starts: np.ndarray,
-                  bucket_s: float, window: tuple[float, float] | None = None) -> np.ndarray | None:
-    """Allocated GPUs per demand bucket (mean over each bucket) on the hosts with telemetry, or None without
-    allocations: exact integration of the step function Σ gpus over [start, end) of every allocation, inside
-    `window` (the trial: a bucket the trial covers in part is measured, and billed, only for that part)."""
-    if not has_allocations(alloc) or not hosts or not len(bucket_starts):
-        return None
-    assert alloc is not None
-    a = alloc.filter(pl.col("host").is_in(list(hosts)))
-    if window is not None:
-        a = a.with_columns(pl.col("start_s").clip(lower_bound=window[0]), pl.col("end_s").clip(upper_bound=window[1]))
-    a = a.filter(pl.col("end_s") > pl.col("start_s"))
-    if not a.height:
-        return None
-    times = np.concatenate([a["start_s"].to_numpy(), a["end_s"].to_numpy()]).astype(float)
-    steps = np.concatenate([a["gpus"].to_numpy(), -a["gpus"].to_numpy()]).astype(float)
-    order = np.argsort(times, kind="stable")
-    times, steps = times[order], steps[order]
-    level = np.cumsum(steps)
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))])  # ∫ up to each event
-    edges = np.concatenate([bucket_starts, [bucket_starts[-1] + bucket_s]]).astype(float)
-    integral = np.interp(edges, times, area, left=0.0, right=float(area[-1]))
-    return np.maximum(np.diff(integral) / bucket_s, 0.0)
-
+def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utilization:
+    """`use` with the figures that depend on what the scheduler shows, each defined once (docs/report.md,
+    Definitions): allocated utilization A/W; believed utilization (allocated where allocations were imported,
+    else the held-hour utilization R/W: what runtime-hour accounting shows); billed-hour utilization (what the
+    cost model bills, `billed_demand` scaled to the fleet: scenarios' break-even measure); and the phantom gap,
+    believed − real, in GPU-hours and as a share of W."""
+    w = led.observed_gpu_hours.value or 0.0
+    allocated = allocated_utilization(led)
+    scheduled = led.basis != BASIS_PROCESSES
+    src = led.allocated_gpu_hours.source
+    held_gpu_hours = use.runtime_gpu_hours.value or 0.0
+    if scheduled:
+        believed_h = led.allocated_gpu_hours.value or 0.0
+        believed_fig = Figure(allocated.value, "fraction", "allocated GPU-hours A / W", src,
+                              "Believed utilization: what the scheduler shows as used, the share of observed "
+                              "GPU-hours allocated to jobs (scheduler allocations imported).")
+    else:
+        believed_h = held_gpu_hours
+        believed_fig = dataclasses.replace(
+            use.runtime_utilization,
+            definition="Believed utilization: no scheduler allocations imported, so what runtime-hour accounting "
+                       "shows, the held-hour utilization R/W.")
+    upper = use.real_is_upper_bound
+    real_h = use.real_gpu_hours.value or 0.0
+    name = "A" if scheduled else "R"
+    lb = " (a lower bound: S is an upper bound)" if upper else ""
+    return dataclasses.replace(
+        use,
+        allocated_utilization=allocated,
+        believed_utilization=believed_fig,
+        billed_utilization=Figure(
+            billed_utilization, "fraction",
+            "mean over the demand buckets of the billed GPUs scaled to the fleet ÷ fleet GPUs; billed = held, and on "
+            "hosts with allocations allocated or active (W − unallocated per GPU-hour)",
+            (src if scheduled else use.runtime_utilization.source) + " × fleet scaling (cost model)",
+            "Billed-hour utilization: the share of the fleet's GPU-hours the cloud would bill (a GPU held by a "
+            "process, or allocated to a job, busy or not); never below believed."),
+        phantom_gap=Figure((believed_h - real_h) / w if w > 0 else None, "fraction", f"{name} / W − S / W",
+                           src if scheduled else use.phantom_gap.source,
+                           "Phantom gap: believed minus real utilization, the utilization the "
+                           + ("scheduler" if scheduled else "runtime-hour accounting") + " shows but the SMs never "
+                           "did" + lb + ".", lower_bound=upper),
+        phantom_gpu_hours=Figure(max(believed_h - real_h, 0.0), "GPU-h", f"max({name} − S, 0)",
+                                 src if scheduled else use.phantom_gpu_hours.source,
+                                 "Phantom GPU-hours: believed GPU-hours (" + ("allocated" if scheduled else "held")
+                                 + ") minus real GPU-hours over the trial" + lb + ".", lower_bound=upper),
+    )
 
 
 def allocated_utilization(led: Ledger) -> Figure:
@@ -299,49 +323,26 @@ def allocated_utilization(led: Ledger) -> Figure:
                      if inferred else "."))
 
 
-def billed_demand(alloc: pl.DataFrame | None, m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float,
-                  window: tuple[float, float] | None, gpu_hours: pl.DataFrame) -> tuple[np.ndarray, float]:
-    """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: what processes held, plus, host by
-    host and hour by hour, the GPUs the scheduler allocated beyond what was held there — never more than that
-    host reported in that hour (an allocation on a GPU whose agent was silent is not measured: the fleet
-    scaling extrapolates the silence, and counting it too would bill it twice). Hosts without allocations
-    contribute what processes held. Per host, because fleet totals let one host's held GPUs cancel another's
-    allocation (8 allocated on a, 8 held on b billed 10, not 16). `window`: the trial (billed_series);
-    `gpu_hours`: stage 1's per-GPU-hour rollup."""
+def billed_demand(m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float) -> tuple[np.ndarray, float]:
+    """The demand series the cloud bills (GPUs per bucket) and its GPU-hours: what processes held, plus, on the
+    hosts with allocations, the ledger's own billed-beyond-held time, per GPU-hour W − unallocated − held
+    (allocated with no process, and SM activity outside any held interval). So the billed GPU-hours are the
+    ledger's W − unallocated there: never below allocated, never above what reported (the ledger maps
+    allocations only onto observed time, so an allocation while its agent was silent is not billed; the fleet
+    scaling extrapolates the silence). Each hour's extra is spread over its buckets in proportion to their free
+    GPUs (reporting − held): spread evenly it was clipped where the GPUs were held and lost (the same hour billed
+    below its allocation). Hosts without allocations contribute what processes held."""
     held = demand["gpus_held"].to_numpy().astype(float)
-    reporting = demand["gpus_reporting"].to_numpy().astype(float)
-    starts = demand["bucket_s"].to_numpy()
-    extra = _allocated_beyond_held(alloc, m.basis_hosts, gpu_hours, window)
-    if extra is None:
+    if not m.basis_hosts:
         return held, held_r
-    hour = (np.asarray(starts, dtype=float) // H) * H
-    add = np.array([extra.get(float(x), 0.0) for x in hour]) if extra else np.zeros(held.shape)
-    billed = np.minimum(held + add, np.maximum(reporting, held))
+    extra = (m.gpu_hours.filter(pl.col("host").is_in(list(m.basis_hosts)))
+             .group_by("hour_s")
+             .agg((pl.col("observed_s") - pl.col("unallocated_s") - pl.col("held_s")).clip(lower_bound=0.0)
+                  .sum().alias("extra_s")))
+    spare = np.maximum(demand["gpus_reporting"].to_numpy().astype(float) - held, 0.0)
+    b = (pl.DataFrame({"hour_s": (demand["bucket_s"].to_numpy().astype(float) // H) * H, "spare": spare})
+         .join(extra, on="hour_s", how="left", maintain_order="left")
+         .with_columns((pl.col("spare") * bucket_s).sum().over("hour_s").alias("hour_spare_s")))
+    share = (b["extra_s"].fill_null(0.0) / b["hour_spare_s"]).fill_nan(0.0).clip(0.0, 1.0).to_numpy()
+    billed = held + spare * share
     return billed, float(billed.sum() * bucket_s / H)
-
-
-def _allocated_beyond_held(alloc: pl.DataFrame | None, hosts: frozenset[str], gpu_hours: pl.DataFrame,
-                           window: tuple[float, float] | None) -> dict[float, float] | None:
-    """{hour_s: Σ over hosts of max(min(allocated, reporting) − held, 0)}, each a mean over the hour in GPU
-    equivalents; None without allocations."""
-    if not has_allocations(alloc) or not hosts:
-        return None
-    per = (gpu_hours.filter(pl.col("host").is_in(list(hosts)))
-           .group_by("host", "hour_s")
-           .agg((pl.col("observed_s") * pl.col("gpu_fraction")).sum().alias("rep"),
-                (pl.col("held_s") * pl.col("gpu_fraction")).sum().alias("held"))
-           .sort("host", "hour_s"))
-    assert alloc is not None
-    by_host = alloc.filter(pl.col("host").is_in(list(hosts))).partition_by("host", as_dict=True)  # one pass
-    out: dict[float, float] = {}
-    for (host,), part in per.group_by(["host"], maintain_order=True):
-        hours = part["hour_s"].to_numpy().astype(float)
-        mine = by_host.get((host,))
-        a = billed_series(mine, frozenset([str(host)]), hours, float(H), window) if mine is not None else None
-        if a is None:
-            continue
-        beyond = np.maximum(np.minimum(a, part["rep"].to_numpy() / H) - part["held"].to_numpy() / H, 0.0)
-        for x, v in zip(hours, beyond, strict=True):
-            if v > 0:
-                out[float(x)] = out.get(float(x), 0.0) + float(v)
-    return out

@@ -38,7 +38,6 @@ from gpuaudit.analysis.scenarios import (
     cost_draws,
     fleet_series,
     growth_table,
-    is_cloud_used,
     tornado,
     with_egress,
 )
@@ -114,11 +113,9 @@ def analyze_rollups(
     use = ut.utilization(roll, t)
     led, mapped = lg.ledger(roll.gpu_hours, roll.holders, roll.allocations, tr.start.timestamp(),
                             tr.end.timestamp(), use.real_is_upper_bound)
-    use = dataclasses.replace(use, allocated_utilization=lg.allocated_utilization(led))
     demand, bucket_s = ut.demand_series(roll)
     # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
-    billed, billed_r = lg.billed_demand(roll.allocations, mapped, demand, bucket_s, t.r,
-                                        (tr.start.timestamp(), tr.end.timestamp()), roll.gpu_hours)
+    billed, billed_r = lg.billed_demand(mapped, demand, bucket_s, t.r)
     bd = ut.breakdowns(roll, t, demand, bucket_s)
     # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
@@ -137,6 +134,7 @@ def analyze_rollups(
         elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
     )
     block = cost_block(cfg, measured)
+    use = lg.believed(use, led, block.break_even.measured_billed)
 
     inputs = DecisionInputs(
         real_utilization=t.real_utilization, latency_sensitive=latency_sensitive, data_residency=data_residency,
@@ -225,10 +223,9 @@ def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, deci
         elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
     scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
     rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
-    return consolidate(cfg, block, scaled, float(rec.total.value or 0.0), t.runtime_utilization,
-                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, latency_share=m.latency_share,
-                       data_residency=m.data_residency, held=block.held, recommended_rents=is_cloud_used(rec),
-                       recommended_owns=rec.owned_gpus > 0)
+    return consolidate(cfg, block, scaled, rec, t.runtime_utilization, t.s / t.r if t.r > 0 else None,
+                       t.idle_held, bd.per_user, latency_share=m.latency_share, data_residency=m.data_residency,
+                       held=block.held)
 
 
 def _check_finite(t: ut.Totals) -> None:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from gpuaudit.util.jsonio import plain
 
-RESULT_VERSION = 2  # 2: present-value costs, held-hour break-even, one recommendation, bounds
+RESULT_VERSION = 3
 HOURS_PER_YEAR = 8766.0  # 365.25 days: what "per year" figures scale the trial to
 
 
@@ -228,7 +228,7 @@ class HybridCurveColumns(ColumnNames):
 
 
 class BreakEvenCurveColumns(ColumnNames):
-    HELD_UTILIZATION: ClassVar[str] = "held_utilization"
+    BILLED_UTILIZATION: ClassVar[str] = "billed_utilization"
     CLOUD_USD_PER_GPU_YEAR: ClassVar[str] = "cloud_usd_per_gpu_year"
     OWNED_USD_PER_GPU_YEAR: ClassVar[str] = "owned_usd_per_gpu_year"
 
@@ -305,7 +305,8 @@ class Utilization:
     B busy GPU-hours: Σ duty_cycle × interval_s × gpu_fraction (nvidia-smi's utilization.gpu × time).
     S real GPU-hours: Σ sm_active × interval_s × gpu_fraction; where only duty cycle exists S uses B's
       value for those rows and is flagged as an upper bound (`real_is_upper_bound`, `upper_bound_share`).
-    runtime_utilization R/W, real_utilization S/W, efficiency_while_held S/R, phantom_gap R/W - S/W.
+    runtime_utilization R/W (held-hour), real_utilization S/W, efficiency_while_held S/R; phantom_gap believed − S/W
+    (believed: allocated A/W where scheduler allocations were imported, else R/W).
     idle_held_gpu_hours: held by a process while SM activity < 1 % (fixed in sql/analysis_rollup.sql).
     never_used_gpus: GPUs (or MIG slices) with R = 0 over the whole trial.
     """
@@ -328,8 +329,10 @@ class Utilization:
     energy_kwh: Figure
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
     phantom_gpu_hours: Figure  # max(R − S, 0): held GPU time that did no work (a lower bound where S is an upper one)
-    # allocated (believed) GPU-hours / W: what the scheduler shows (inferred from processes without allocations)
-    allocated_utilization: Figure | None = None
+    # Set once the ledger is known (analysis.ledger.believed), each defined once in docs/report.md's Definitions:
+    allocated_utilization: Figure | None = None  # A/W: what the scheduler shows (= R/W without allocations)
+    believed_utilization: Figure | None = None  # A/W where allocations were imported, else R/W
+    billed_utilization: Figure | None = None  # billed GPU-hours / W: what the cloud would bill, ≥ believed
 
 
 @dataclass(frozen=True)
@@ -590,32 +593,32 @@ class Costs:
 
 @dataclass(frozen=True)
 class BreakEven:
-    """Where renting and owning cost the same, on the basis the cloud bills: held GPU-hours.
+    """Where renting and owning cost the same, on the basis the cloud bills: billed GPU-hours.
 
-    real_utilization: kept for continuity, now the break-even HELD-hour utilization u*: the share of the
-      fleet's hours held by jobs (demand shaped as measured, scaled up or down) at which renting costs the same
-      as owning the whole fleet (`own_reference`: "stay-as-is" when every fleet GPU is owned, "buy-the-fleet"
-      when none is, "keep-and-complete-the-fleet" in between). Renting k × today's held demand costs
-      rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute bill).
-    held_utilization: the same u* (preferred name). real_equivalent: u* × measured efficiency while held (S/R):
-      the real utilization that corresponds at today's efficiency.
-    never: True when renting is cheaper even with every GPU held all the time (u* > 1).
-    measured_held: the trial's held-hour utilization, fleet-scaled (the figure compared with u*);
+    billed_utilization: u*, the billed-hour utilization (demand shaped as measured, scaled up or down) at which
+      renting costs the same as owning the whole fleet (`own_reference`: "keep-the-owned-fleet" when every
+      fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between,
+      "keep-the-fleet-sell-the-rest" when more are owned than the fleet needs). Renting k × today's billed demand
+      costs rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute
+      bill). None when nothing was billed, or with `never`.
+    real_equivalent: u* × measured efficiency while held (S/R): the real utilization that corresponds at
+      today's efficiency.
+    never: True when renting is cheaper even with every GPU billed all the time (u* > 1).
+    measured_billed: the trial's billed-hour utilization (= utilization.billed_utilization), compared with u*;
       measured_real / measured_runtime: S/W and R/W.
-    verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_held < u* ⇔
+    verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_billed < u* ⇔
       "cloud"); always "on-prem" under data residency. own_usd / cloud_usd: the two totals compared.
-    curve: USD per fleet GPU-year of renting (fixed part + compute in proportion to held hours) and of owning
-      (flat) over a grid of held-hour utilizations 0-1: the break-even chart.
+    curve: USD per fleet GPU-year of renting (fixed part + compute in proportion to billed hours) and of owning
+      (flat) over a grid of billed-hour utilizations 0-1: the break-even chart.
     """
 
-    real_utilization: Figure
     never: bool
     measured_real: float
     measured_runtime: float
     verdict: str
-    held_utilization: Figure
+    billed_utilization: Figure
     real_equivalent: Figure
-    measured_held: float
+    measured_billed: float
     own_reference: str
     own_usd: float
     cloud_usd: float
@@ -727,6 +730,9 @@ class Consolidation:
       recommended_usd: the recommended plan's total; saving_usd = recommended_usd − plan_usd.
     how: what gets there (ending idle allocations, MIG or time-slicing, autoscaling or packing);
       top_idle_holders: the users holding the most idle-held GPU-hours.
+    owned_gpus / cloud_gpu_hours: what the consolidated plan owns and rents (over the horizon, as a scenario's),
+      beside the recommended plan's recommended_owned_gpus / recommended_cloud_gpu_hours: the lever in the
+      recommended plan's own terms.
     """
 
     fits_on_gpus: int
@@ -738,6 +744,10 @@ class Consolidation:
     saving_usd: float
     how: tuple[str, ...]
     top_idle_holders: tuple[str, ...]
+    owned_gpus: int = 0
+    cloud_gpu_hours: float = 0.0
+    recommended_owned_gpus: int = 0
+    recommended_cloud_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -183,8 +183,8 @@ class Plan:
 
 @dataclass(frozen=True)
 class BreakEvenCalc:
-    held: float | None  # held-hour utilization at which renting costs the same as owning the reference
-    measured_held: float  # the trial's held-hour utilization, fleet-scaled
+    held: float | None  # u*: the billed-hour utilization at which renting costs the same as owning the reference
+    measured_billed: float  # the billed-hour utilization: mean fleet-scaled billed GPUs ÷ fleet GPUs
     own_reference: str  # what renting is compared with
     own_usd: float
     cloud_usd: float
@@ -344,7 +344,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
                              "cloud cost(held demand × min(S / efficiency, R) / R)", tl, what_if=True))
         n_pp = max(1, math.ceil(float(held_p.max()) - 1e-9)) if held_p.size else 1
         out.append(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
-                             f"Own enough GPUs for the packed peak ({n_pp}).", 0.0, n_pp, own(n_pp, held_p),
+                             f"Own enough GPUs for the peak of held demand × {pack:.2f} ({n_pp}).", 0.0, n_pp,
+                             own(n_pp, held_p),
                              "owned cost(ceil(peak demand × pack factor))", tl, what_if=True))
         floor_p = latency_floor(m.latency_share, held_p)
         sz_p = size(cfg, tl, held_p, _sum({**own(0), **bill_p}), power, fl.existing, fl.age_years,
@@ -352,7 +353,7 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         n_hp = max(1, sz_p.n_owning)
         bill_hp, _khp, over_hp = _cloud_of(cfg, tl, held_p - n_hp, prices)
         out.append(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
-                             f"Own {_gpus(n_hp)}{_floor_note(m, floor_p)}, rent the packed demand above them.",
+                             f"Own {_gpus(n_hp)}{_floor_note(m, floor_p)}, rent held demand × {pack:.2f} above them.",
                              over_hp, n_hp,
                              {**own(n_hp, held_p), **bill_hp},
                              "owned cost(N) + flexible cloud cost above N", tl, what_if=True))
@@ -458,7 +459,7 @@ def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str
 
 def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
                 power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
-    """The held-hour utilization u* at which renting k × today's held demand (its bill scaled by k) costs the
+    """The billed-hour utilization u* at which renting k × today's billed demand (its bill scaled by k) costs the
     same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
 
     Renting is linear in k: the fixed part (egress, managed services, selling the owned GPUs) plus k × the
@@ -471,6 +472,7 @@ def _break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: n
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
+    # the billed-hour utilization (utilization.billed_utilization): fleet-scaled, as the plans are costed
     measured = float(held.mean()) / fl.capacity if held.size else 0.0
     all_cloud_usd = _sum(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
@@ -498,14 +500,14 @@ def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> 
         owned = b.own_usd / fleet_gpus / years
         per = fleet_gpus * years
         rows = tuple(
-            {c.HELD_UTILIZATION: x,
-             c.CLOUD_USD_PER_GPU_YEAR: (b.rent_fixed_usd + b.rent_variable_usd * x / b.measured_held) / per
-             if b.measured_held > 0 else b.rent_fixed_usd / per,
+            {c.BILLED_UTILIZATION: x,
+             c.CLOUD_USD_PER_GPU_YEAR: (b.rent_fixed_usd + b.rent_variable_usd * x / b.measured_billed) / per
+             if b.measured_billed > 0 else b.rent_fixed_usd / per,
              c.OWNED_USD_PER_GPU_YEAR: owned}
             for x in BREAK_EVEN_GRID
         )
     cols = (
-        TableColumn(c.HELD_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),
+        TableColumn(c.BILLED_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),
         TableColumn(c.CLOUD_USD_PER_GPU_YEAR, "USD", "renting: (fixed part + compute bill × this utilization ÷ "
                     "the measured one) ÷ fleet GPUs ÷ years"),
         TableColumn(c.OWNED_USD_PER_GPU_YEAR, "USD", f"owning ({b.own_reference}): its total ÷ fleet GPUs ÷ years"),

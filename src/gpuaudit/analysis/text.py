@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
@@ -25,9 +26,19 @@ def _ledger_lines(r: AnalysisResult) -> list[str]:
         ("productive", "productive"), ("held_idle", "held idle"), ("allocated_no_process", "allocated no process"),
         ("unallocated", "unallocated")))
     out = [f"ledger ({led.basis}): {parts}"]
-    if led.basis != "processes" and r.utilization.allocated_utilization is not None:
-        out.insert(0, f"allocated utilization     {_pct(r.utilization.allocated_utilization.value)}  (what the "
-                      "scheduler shows)")
+    return out
+
+
+def _headline_lines(r: AnalysisResult) -> list[str]:
+    """The headline figures with their names and texts as every output shows them, the intervals beside."""
+    ci = r.confidence
+    intervals = {hl.REAL: None if r.utilization.real_is_upper_bound else ci.real_utilization,
+                 hl.HELD_HOUR: ci.runtime_utilization,
+                 hl.BELIEVED: None if hl.scheduled(r) else ci.runtime_utilization}
+    out = []
+    for h in hl.headline_figures(r):
+        iv = intervals.get(h.key)
+        out.append(f"{h.name}: {h.text}" + (f"  {_ci(iv.low, iv.high, ci.level)}" if iv is not None else ""))
     return out
 
 
@@ -36,25 +47,16 @@ def summary(r: AnalysisResult) -> str:
     ub = " (upper bound)" if u.real_is_upper_bound else ""
     ci = r.confidence
     be = r.break_even
-    be_text = ("never (renting is cheaper even with every GPU held all the time)" if be.never
-               else _pct(be.held_utilization.value))
+    heads = hl.by_key(r)
     conf = d.confidence
-    gap_sign = "≥ " if u.phantom_gap.lower_bound else ""
     lines = [
         f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({t.days:.1f} days), {t.gpus} GPUs on "
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
         f"observed GPU-hours W      {u.observed_gpu_hours.value:,.1f}",
         f"runtime GPU-hours R       {u.runtime_gpu_hours.value:,.1f}",
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",
-        f"runtime-hour utilization  {_pct(u.runtime_utilization.value)}  "
-        + _ci(ci.runtime_utilization.low, ci.runtime_utilization.high, ci.level),
-        (f"real utilization          {_pct(u.real_utilization_lower.value)} to {_pct(u.real_utilization.value)}"
-         " (bounds: SM activity not measured everywhere)" if u.real_is_upper_bound else
-         f"real utilization          {_pct(u.real_utilization.value)}  "
-         + _ci(ci.real_utilization.low, ci.real_utilization.high, ci.level)),
+        *_headline_lines(r),
         f"efficiency while held     {_pct(u.efficiency_while_held.value)}{ub}",
-        f"phantom gap               {gap_sign}{_pct(u.phantom_gap.value)}",
-        f"idle-held GPU-hours       {gap_sign}{u.idle_held_gpu_hours.value:,.1f}",
         f"never-used GPUs           {int(u.never_used_count.value or 0)}",
         *_ledger_lines(r),
         "",
@@ -80,12 +82,14 @@ def summary(r: AnalysisResult) -> str:
         *(f"  {s.id:<22} {_usd(s.total.value):>14}" for s in c.scenarios if s.what_if),
         f"all-cloud − cheapest owning: {_usd(ci.cost_difference_usd.point)} "
         + _ci(ci.cost_difference_usd.low, ci.cost_difference_usd.high, ci.level, _usd),
-        f"break-even held-hour utilization: {be_text}; measured {_pct(be.measured_held)} → {be.verdict}"
+        f"break-even: {heads[hl.BILLED_HOUR].name.lower()} {heads[hl.BILLED_HOUR].text} against u* "
+        f"{heads[hl.BREAK_EVEN].text}" + (" (renting is cheaper even with every GPU billed all the time)" if be.never
+                                          else "") + f" → {be.verdict}"
         + (" (data residency forbids renting; at these prices renting would cost less)"
            if d.inputs.data_residency and be.cloud_usd < be.own_usd else ""),
         f"hybrid: best N ≥ 1 = {r.hybrid.n_owning} GPUs, N* = {r.hybrid.n_star} (critical fractile "
         f"{r.hybrid.critical_fractile_n}; {'agrees' if r.hybrid.agrees else 'differs'}); owning pays only above "
-        + (f"~{r.hybrid.hurdle_gpus.value:,.1f} busy GPUs" if r.hybrid.hurdle_gpus.value is not None
+        + (f"~{r.hybrid.hurdle_gpus.value:,.1f} GPUs held around the clock" if r.hybrid.hurdle_gpus.value is not None
            else "— never at these prices")
         + f"; peak demand {r.hybrid.peak_demand.value:.1f} GPUs",
     ]

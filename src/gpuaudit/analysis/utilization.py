@@ -256,7 +256,7 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
         real_gpu_hours=fig(t.s, "GPU-h", "S = Σ sm_active × interval_s × gpu_fraction / 3600", src,
                            "Real GPU-hours: SM activity × time, the compute actually used" + ub, upper),
         runtime_utilization=fig(t.r / t.w, "fraction", "R / W", src,
-                                "Runtime-hour utilization: share of GPU time a process held the GPU."),
+                                "Held-hour (runtime-hour) utilization: share of GPU time a process held the GPU."),
         real_utilization=fig(t.s / t.w, "fraction", "S / W", src,
                              "Real utilization: share of GPU capacity the SMs were actually active" + ub, upper),
         busy_utilization=fig(t.b / t.w, "fraction", "B / W", src,
@@ -269,7 +269,8 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
                            + (" (a lower bound: S is an upper bound)" if upper else "") + ".", lower_bound=upper),
         idle_held_gpu_hours=Figure(t.idle_held, "GPU-h",
                                    "Σ interval_s × gpu_fraction / 3600 where n_processes ≥ 1 and sm_active < 0.01",
-                                   src, "Idle-held GPU-hours: a process held the GPU while its SMs were idle"
+                                   src, "Idle-held GPU-hours: a process held the GPU while its SMs were fully "
+                                   "idle (part of the phantom GPU-hours)"
                                    + (" (a lower bound: duty cycle stood in for SM activity)" if upper else "")
                                    + ".", lower_bound=upper),
         never_used_count=fig(float(len(never)), "GPUs", "count of GPUs (MIG slices) with R = 0", src,

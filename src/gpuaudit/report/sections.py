@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpuaudit import schema
+from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.recommend import constraint_text
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     AnalysisResult,
     BreakEvenCurveColumns,
     Condition,
+    Consolidation,
     CostScenario,
     DemandDurationColumns,
     Figure,
@@ -107,19 +109,16 @@ def _fig(label: str, figure: Figure, *, emphasis: bool = False, text: str | None
     return KeyFigure(label=label, text=value_text, source=_in_words(source), emphasis=emphasis)
 
 
-def _scheduled(r: AnalysisResult) -> bool:
-    """Whether scheduler allocations were imported: then "believed" is what the scheduler shows (allocated)."""
-    return r.ledger is not None and r.ledger.basis != "processes" and r.utilization.allocated_utilization is not None
+def _headline(h: hl.HeadlineFigure, *, emphasis: bool = False) -> KeyFigure:
+    """A headline figure as a tile: its one name and its one text (analysis.headline)."""
+    f = h.figure
+    source = f.formula if not f.source else f"{f.formula} — {f.source}"
+    return KeyFigure(label=h.name, text=h.text, source=_in_words(source), emphasis=emphasis)
 
 
-def _believed_figure(r: AnalysisResult) -> KeyFigure:
-    """"Believed" utilization, one named quantity: what the scheduler shows (allocated ÷ W) when its allocations
-    were imported, else the held-hour utilization R/W (what runtime-hour accounting shows)."""
-    u = r.utilization
-    if _scheduled(r):
-        assert u.allocated_utilization is not None
-        return _fig("Believed: allocated (scheduler) utilization", u.allocated_utilization)
-    return _fig("Believed (held-hour) utilization R/W: hours a job held the GPU", u.runtime_utilization)
+def _headlines(r: AnalysisResult, *keys: str, emphasis: tuple[str, ...] = ()) -> list[KeyFigure]:
+    figs = hl.by_key(r)
+    return [_headline(figs[k], emphasis=k in emphasis) for k in keys if k in figs]
 
 
 def _cell(value: Any, unit: str) -> str:
@@ -223,19 +222,7 @@ def _verdict(r: AnalysisResult) -> Verdict:
         confidence = f"{conf.level} — {what} {fmt.pct(c.real_utilization.point)}; no day-resamples, no interval"
     if conf.reasons:
         confidence += ". Not higher because: " + "; ".join(conf.reasons)
-    u = r.utilization
-    real_fig = (KeyFigure("Real utilization (SM active)",
-                          f"{fmt.pct(u.real_utilization_lower.value)} – {fmt.pct(u.real_utilization.value)}",
-                          "between S counting duty-cycle-only time as idle and S with duty cycle standing in",
-                          emphasis=True)
-                if u.real_is_upper_bound else _fig("Real utilization (SM active)", u.real_utilization, emphasis=True))
-    figs = [
-        real_fig,
-        _believed_figure(r),
-        _fig("Phantom gap: held-hour − real utilization, R/W − S/W (pp = percentage points)", u.phantom_gap,
-             text=fmt.pp(u.phantom_gap.value)),
-        _cheapest_figure(r),
-    ]
+    figs = [*_headlines(r, hl.REAL, hl.BELIEVED, hl.PHANTOM_GAP, emphasis=(hl.REAL,)), _cheapest_figure(r)]
     lever = _lever_figure(r)
     if lever is not None:
         figs.append(lever)
@@ -265,9 +252,23 @@ def _lever_figure(r: AnalysisResult) -> KeyFigure | None:
     how = "; ".join(c.how) if c.how else "pack the work onto fewer GPUs"
     return KeyFigure(
         "Biggest lever: consolidation (not in “cheapest”)",
-        f"the work fits on {c.fits_on_gpus:,} GPUs: {fmt.money(c.saving_usd)} less than the recommended plan",
-        f"ceil(peak SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target); "
-        f"{c.plan}: {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. How: {how}")
+        f"packed, the recommended plan {_lever_change(c)}: {fmt.money(c.saving_usd)} less",
+        f"the work packed at {c.target_utilization:.0%} SM activity fits on {c.fits_on_gpus:,} GPUs (ceil(peak "
+        f"SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target)); the recommended "
+        f"plan on the packed work: {c.plan}, {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. "
+        f"How: {how}")
+
+
+def _lever_change(c: Consolidation) -> str:
+    """What consolidation changes in the recommended plan, in its own terms: the GPUs it owns and the GPU-hours
+    it rents (the packed work's GPU count is the tile's source, labelled as such)."""
+    parts = []
+    if c.owned_gpus != c.recommended_owned_gpus:
+        parts.append(f"owns {c.owned_gpus:,} GPUs instead of {c.recommended_owned_gpus:,}")
+    fewer = c.recommended_cloud_gpu_hours - c.cloud_gpu_hours
+    if abs(fewer) >= 0.5:
+        parts.append(f"rents {fmt.num(abs(fewer))} {'fewer' if fewer > 0 else 'more'} GPU-hours")
+    return " and ".join(parts) if parts else "keeps its GPUs and uses them fully"
 
 
 def _cost_note(r: AnalysisResult) -> str:
@@ -329,7 +330,8 @@ def _phantom_formula(r: AnalysisResult) -> str:
     if rate is None:
         return ""
     trial_hours = max(r.trial.days * 24, 1e-9)
-    return (f"(R − S) × the cloud flexible price (section 5) = {fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
+    return (f"phantom GPU-hours (believed − S) × the cloud flexible price (section 5) = "
+            f"{fmt.hours(r.utilization.phantom_gpu_hours.value)} × "
             f"${rate:,.2f}/GPU-h; per year: × {HOURS_PER_YEAR:,.0f} h ÷ {trial_hours:,.0f} trial hours")
 
 
@@ -337,24 +339,21 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
     u = r.utilization
     trial_usd, per_year = r.costs.phantom_usd.value, r.costs.phantom_usd_per_year.value
     formula = _phantom_formula(r)
-    at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: R − S is a lower bound
+    at_least_sign = "≥ " if u.real_is_upper_bound else ""  # S is an upper bound: believed − S is a lower bound
     gap_hours = u.phantom_gpu_hours.value
+    scheduled = hl.scheduled(r)
     figs = [
-        _believed_figure(r),
-        _fig("Real: SM-active utilization S/W", u.real_utilization, emphasis=True),
-        _fig("Phantom gap R/W − S/W (pp = percentage points)", u.phantom_gap, text=fmt.pp(u.phantom_gap.value)),
-        KeyFigure("Held but did no work (R − S)", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
-                  "held GPU-hours R minus SM-active GPU-hours S over the trial: the one measure of held time that "
-                  "did no work (section 2's idle-held hours are the part with the SMs fully idle)"),
+        *_headlines(r, hl.BELIEVED, hl.HELD_HOUR, hl.REAL, hl.PHANTOM_GAP, emphasis=(hl.REAL,)),
+        KeyFigure("Phantom GPU-hours: believed − real", ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
+                  f"{u.phantom_gpu_hours.formula}: the believed GPU-hours that did no SM work (held but idle"
+                  + (", and allocated with no process" if scheduled else "") + "; section 2's idle-held hours are "
+                  "the part held with the SMs fully idle)"),
         KeyFigure("Phantom gap in dollars (trial)", at_least_sign + fmt.money(trial_usd), formula),
         KeyFigure("… per year at this rate", at_least_sign + fmt.money(per_year), formula, emphasis=True),
         _fig("Efficiency while held S/R", u.efficiency_while_held),
         _fig("Kernel busy (duty cycle) B/W", u.busy_utilization),
     ]
     led = r.ledger
-    scheduled = _scheduled(r)
-    if scheduled:
-        figs.insert(1, _fig("Held: runtime-hour utilization R/W", u.runtime_utilization))
     step("chart: believed vs real")
     chart = Chart(
         name="utilization",
@@ -398,8 +397,8 @@ def _believed_vs_real(r: AnalysisResult, step: Callable[[str], None]) -> Section
     if scheduled and u.allocated_utilization is not None:
         lead = (f"The scheduler shows the fleet {fmt.pct(u.allocated_utilization.value)} allocated; processes held "
                 f"its GPUs {fmt.pct(u.runtime_utilization.value)} of the time, and its SMs were active "
-                f"{at_most}{fmt.pct(u.real_utilization.value)} of it: {at_least}{fmt.hours(gap_hours)} of held "
-                "GPU time did no work.")
+                f"{at_most}{fmt.pct(u.real_utilization.value)} of it: {at_least}{fmt.hours(gap_hours)} of "
+                "allocated GPU time did no work.")
     return Section("believed-vs-real", "Believed vs real utilization", lead, tuple(figs),
                    (chart, *ledger_parts[0]), (table, *ledger_parts[1]), tuple(notes))
 
@@ -445,8 +444,7 @@ def _v(f: Figure) -> float:
 def _waste(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u, b = r.utilization, r.breakdowns
     figs = [
-        _fig("Idle-held GPU-hours: held with the SMs fully idle (part of section 1's held but did no work)",
-             u.idle_held_gpu_hours, emphasis=True),
+        *_headlines(r, hl.IDLE_HELD, emphasis=(hl.IDLE_HELD,)),
         _fig("GPUs never used", u.never_used_count),
     ]
     charts_: list[Chart] = []
@@ -553,16 +551,7 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                   f"{h.hurdle_gpus.formula}; fixed costs {fmt.money(h.fixed_cost_usd)}"),
         _fig("Peak demand", h.peak_demand),
         _fig("Mean demand", h.mean_demand),
-        _fig("Break-even held-hour utilization", be.held_utilization, emphasis=True,
-             text=("never (renting is cheaper even fully held" + ("; not allowed here)" if constraint_text(
-                 r.decision.inputs) else ")")) if be.never else None),
-        KeyFigure("Measured billed-hour utilization: held or, where larger, allocated" if _scheduled(r) else
-                  "Measured held-hour utilization (what the cloud would bill)", fmt.pct(be.measured_held),
-                  "mean fleet-scaled GPUs the cloud would bill ÷ fleet GPUs: per 300 s bucket the GPUs processes "
-                  "held or, where larger, the scheduler allocated (section 1's R/W and allocated utilization, "
-                  "scaled to the fleet)" if _scheduled(r) else
-                  "mean fleet-scaled GPUs held ÷ fleet GPUs: section 1's held-hour utilization R/W scaled to the "
-                  "fleet, what the cloud would bill"),
+        *_headlines(r, hl.BREAK_EVEN, hl.BILLED_HOUR, emphasis=(hl.BREAK_EVEN,)),
         _fig("… as real utilization at today's efficiency", be.real_equivalent,
              text="never" if be.never else None),
     ]
@@ -580,24 +569,24 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                                                     _DEMAND_LABELS.get(dcol, dcol.replace("_", " "))),
                              caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, hourly means of "
                                      f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1."))
-    u_star = be.held_utilization.value
+    u_star = be.billed_utilization.value
     k = BreakEvenCurveColumns
-    be.curve.require(k.HELD_UTILIZATION, k.CLOUD_USD_PER_GPU_YEAR, k.OWNED_USD_PER_GPU_YEAR)
+    be.curve.require(k.BILLED_UTILIZATION, k.CLOUD_USD_PER_GPU_YEAR, k.OWNED_USD_PER_GPU_YEAR)
     if be.curve.rows:
         years = c.horizon_months / 12
         step("chart: break-even")
         charts_.append(Chart("break-even", "Break-even curve",
-                             **_svgs(charts.break_even_curve, be.curve.values(k.HELD_UTILIZATION),
+                             **_svgs(charts.break_even_curve, be.curve.values(k.BILLED_UTILIZATION),
                                                      be.curve.values(k.CLOUD_USD_PER_GPU_YEAR),
-                                                     be.curve.values(k.OWNED_USD_PER_GPU_YEAR), be.measured_held,
+                                                     be.curve.values(k.OWNED_USD_PER_GPU_YEAR), be.measured_billed,
                                                      None if be.never else u_star, "USD per GPU-year (PV)",
-                                                     "held-hour utilization"),
+                                                     "billed-hour utilization"),
                              caption=f"Owning ({_REFERENCE_WORDS.get(be.own_reference, be.own_reference)}): "
                                      f"{fmt.money(be.own_usd)} over "
                                      f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
                                      f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
-                                     "compute at today's held hours, in proportion to them; equal to owning at u* "
-                                     f"({be.held_utilization.formula})."))
+                                     "compute at today's billed hours, in proportion to them; equal to owning at u* "
+                                     f"({be.billed_utilization.formula})."))
     n_col, cost_col = HybridCurveColumns.N, HybridCurveColumns.TOTAL_USD
     h.curve.require(n_col, cost_col)
     if h.curve.rows:
@@ -613,9 +602,10 @@ def _demand(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     verdict = (f"renting all of it is cheaper than {whole}" if be.verdict == "cloud"
                else f"{whole} is cheaper than renting all of it")
     lead = (f"Demand peaked at {fmt.unit_value(h.peak_demand.value, 'count')} GPUs and averaged "
-            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills held hours (a job holds the GPU, busy or not): "
+            f"{fmt.num(h.mean_demand.value, 1)}. The cloud bills the hours a GPU is held or allocated, busy or not: "
             f"{whole} ({c.fleet_gpus:,} GPUs) pays against renting all of its demand above "
-            f"{fmt.pct(u_star)} held-hour utilization (u*); the fleet's is {fmt.pct(be.measured_held)}, so {verdict}. "
+            f"{fmt.pct(u_star)} billed-hour utilization (u*); the fleet's is {fmt.pct(be.measured_billed)}, "
+            f"so {verdict}. "
             f"This compares the two extremes; the recommended plan ({_recommended_label(r)}) is the cheapest of all "
             "the plans, in section 5.")
     if be.never:
@@ -786,7 +776,7 @@ def _sensitivity(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     lead = (f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
             f"recommendation survive?")
     tornado_table = _table(t, caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
-                           "held-hour utilization (— = never: renting is cheaper even with every GPU held)",
+                           "billed-hour utilization (— = never: renting is cheaper even with every GPU billed)",
                            columns=(name, tc.LOW_VALUE, tc.BASE_VALUE, tc.HIGH_VALUE, tc.CHEAPEST_LOW,
                                     tc.CHEAPEST_HIGH, tc.BREAK_EVEN_LOW, tc.BREAK_EVEN_HIGH))
     g = GrowthColumns
@@ -865,14 +855,11 @@ def _definitions(r: AnalysisResult) -> Iterable[tuple[str, Figure]]:
         ("R runtime GPU-hours", u.runtime_gpu_hours),
         ("B busy GPU-hours", u.busy_gpu_hours),
         ("S real GPU-hours", u.real_gpu_hours),
-        ("Runtime-hour utilization", u.runtime_utilization),
-        ("Real utilization", u.real_utilization),
+        *((h.name, h.figure) for h in hl.headline_figures(r) if h.key != hl.BREAK_EVEN),
         ("Efficiency while held", u.efficiency_while_held),
-        ("Phantom gap", u.phantom_gap),
-        ("Idle-held GPU-hours", u.idle_held_gpu_hours),
         ("Energy", u.energy_kwh),
         ("Average power per GPU", u.average_power_w),
-        ("Break-even held-hour utilization", r.break_even.held_utilization),
+        (hl.NAMES[hl.BREAK_EVEN], r.break_even.billed_utilization),
         ("Cloud steady $/GPU-h", r.costs.cloud_effective_usd_per_gpu_hour),
         ("Cloud flexible $/GPU-h", r.costs.cloud_flexible_usd_per_gpu_hour),
         ("Cloud reserved $/GPU-h", r.costs.cloud_reserved_usd_per_gpu_hour),

@@ -22,6 +22,7 @@ def print_summary(result: AnalysisResult, written: WrittenReport, *, console: Co
     from rich.markup import escape as _markup
     from rich.table import Table
 
+    from gpuaudit.analysis.headline import headline_figures
     from gpuaudit.util.textsafe import printable
 
     def escape(text: str) -> str:  # data and paths: no rich markup, no raw control characters
@@ -29,7 +30,7 @@ def print_summary(result: AnalysisResult, written: WrittenReport, *, console: Co
 
     console = console or Console()
     report = written.report
-    d, u = result.decision, result.utilization
+    d = result.decision
     headline = report.verdict.headline if report is not None else str(d.branch)
     provisional = " [bold red](provisional)[/]" if d.provisional else ""
     console.print(f"[bold]Recommendation:[/] {escape(headline)}{provisional}")
@@ -37,17 +38,8 @@ def print_summary(result: AnalysisResult, written: WrittenReport, *, console: Co
     figures = Table(show_header=False, box=None, pad_edge=False)
     figures.add_column(style="dim")
     figures.add_column(justify="right", style="bold")
-    figures.add_row("believed (runtime-hour) utilization", fmt.pct(u.runtime_utilization.value))
-    bound = "≥ " if u.phantom_gap.lower_bound else ""
-    real = (f"{fmt.pct(u.real_utilization_lower.value)} – {fmt.pct(u.real_utilization.value)}"
-            if u.real_is_upper_bound else fmt.pct(u.real_utilization.value))
-    figures.add_row("real (SM-active) utilization", real)
-    figures.add_row("phantom gap", bound + fmt.pp(u.phantom_gap.value))
-    figures.add_row("idle-held GPU-hours", bound + fmt.hours(u.idle_held_gpu_hours.value))
-    be = result.break_even
-    figures.add_row("break-even held-hour utilization",
-                    "never" if be.never else fmt.pct(be.held_utilization.value))
-    figures.add_row("measured held-hour utilization", fmt.pct(be.measured_held))
+    for h in headline_figures(result):
+        figures.add_row(h.name, h.text)
     figures.add_row("hybrid: GPUs to own (best N ≥ 1)", f"{result.hybrid.n_owning:,}")
     figures.add_row("confidence", d.confidence.level)
     figures.add_row("re-evaluate on", d.reevaluate_on.isoformat())

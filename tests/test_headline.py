@@ -1,0 +1,113 @@
+"""The headline figures: one name and one value per figure in every output of one result (analysis.headline)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+from tests.helpers import run_cli
+from tests.report_helpers import simulate_small, write_fixed_dataset
+
+from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.pipeline import analyze
+from gpuaudit.analysis.text import summary
+
+_VALUE = re.compile(r"^[\s:|*]*((?:[≤≥] )?(?:−?[\d,.]+ (?:%|pp|GPU-h)(?: – [\d,.]+ %)?|never))")
+
+
+def _values_after(doc: str, name: str) -> list[str]:
+    """The values shown right after each mention of `name` (tags stripped): a tile, a list item, a table row;
+    mentions followed by words (a formula, a definition) are not values."""
+    flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", doc))
+    out = []
+    for part in flat.split(name)[1:]:
+        m = _VALUE.match(part)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def _at(d: dict, path: str) -> object:
+    for k in path.split("."):
+        d = d[k]
+    return d
+
+
+@pytest.mark.parametrize("kind", ["allocations", "processes"])
+def test_every_output_shows_each_headline_figure_with_one_name_and_one_value(tmp_path: Path, kind: str) -> None:
+    """`gpuaudit report` printed "believed (runtime-hour) utilization 55.7 %" on the terminal while report.md and
+    report.html said "Believed: allocated (scheduler) utilization 60.3 %", and `analyze` said "phantom gap 41.3 %"
+    where the report said pp (phantom, 16 GPUs, 14 days, seed 4). The terminal summary, report.md, report.html,
+    report.json and analyze's summary of one dataset show each headline figure under the same name with the
+    same value, with and without scheduler allocations."""
+    data = tmp_path / "data"
+    if kind == "allocations":
+        simulate_small(data, "phantom", gpus=8, days=3)
+    else:
+        write_fixed_dataset(data, days=3)
+    out = tmp_path / "out"
+    r = run_cli("report", "--data", str(data), "--out", str(out), env={"COLUMNS": "250"})
+    assert r.returncode == 0, r.stderr
+    terminal = r.stdout
+    md = (out / "report.md").read_text()
+    page = html.unescape((out / "report.html").read_text())
+    doc = json.loads((out / "report.json").read_text())
+    result = analyze(data)
+    text = summary(result)
+    heads = hl.headline_figures(result)
+    assert (heads[0].name == hl.BELIEVED_ALLOCATED) is (kind == "allocations")
+    assert {h.key for h in heads} >= {hl.BELIEVED, hl.REAL, hl.PHANTOM_GAP, hl.BILLED_HOUR, hl.BREAK_EVEN}
+    for h in heads:
+        shown = f"{h.name}: {h.text}"
+        assert shown in text, (shown, text)
+        assert h.name in terminal and h.text in terminal.split(h.name, 1)[1].splitlines()[0], (h.name, terminal)
+        for name, doc_text in (("md", md), ("html", page)):
+            shown_values = _values_after(doc_text, h.name)
+            assert shown_values and set(shown_values) == {h.text}, (name, h.name, h.text, shown_values)
+        value = _at(doc, h.path)["value"]  # type: ignore[index]
+        assert value == (None if h.figure.value is None else pytest.approx(h.figure.value, rel=1e-12)), h.path
+    names = [h.name for h in heads]
+    assert len(set(names)) == len(names)
+
+
+def test_phantom_gap_is_believed_minus_real_in_points(tmp_path: Path) -> None:
+    """The phantom-gap tile computed held-hour − real (R/W − S/W = 41.3 pp) beside a believed tile of 70.2 % and
+    a real one of 25.5 %: 70.2 − 25.5 is 44.7, not 41.3. The gap is believed − real, the two tiles beside it, and
+    billed-hour utilization (what the cloud bills) is never below believed."""
+    simulate_small(tmp_path, "phantom", gpus=8, days=3)
+    r = analyze(tmp_path)
+    u = r.utilization
+    assert r.ledger is not None and r.ledger.basis == "allocations"
+    assert u.believed_utilization is not None and u.billed_utilization is not None
+    assert u.believed_utilization.value == pytest.approx(u.allocated_utilization.value)  # type: ignore[union-attr]
+    assert u.phantom_gap.value == pytest.approx(u.believed_utilization.value - u.real_utilization.value)
+    assert u.billed_utilization.value >= u.believed_utilization.value - 1e-12
+    assert r.break_even.measured_billed == pytest.approx(u.billed_utilization.value)
+    w = u.observed_gpu_hours.value or 0.0
+    assert u.phantom_gpu_hours.value == pytest.approx(
+        (r.ledger.allocated_gpu_hours.value or 0.0) - (u.real_gpu_hours.value or 0.0))
+    assert r.costs.phantom_usd.value == pytest.approx(
+        (u.phantom_gpu_hours.value or 0.0) * (r.costs.cloud_flexible_usd_per_gpu_hour.value or 0.0))
+    assert w > 0
+
+
+def test_docs_define_each_headline_name_once() -> None:
+    """docs/report.md said believed and held-hour were one quantity while the report showed two values under
+    those names: the Definitions table lists every headline name exactly once."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    table = doc.split("## Definitions used in the report", 1)[1].split("\n## ", 1)[0]
+    terms = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+    for name in (*hl.NAMES.values(), hl.BELIEVED_ALLOCATED, hl.BELIEVED_HELD):
+        assert terms.count(name) == 1, name
+
+
+def test_analyze_counts_the_hurdle_in_gpus_held_around_the_clock(tmp_path: Path) -> None:
+    """`analyze` printed "owning pays only above ~12.1 busy GPUs" where the report said "held around the clock":
+    busy is the duty cycle, the hurdle counts held GPUs. One wording."""
+    write_fixed_dataset(tmp_path, days=3)
+    text = summary(analyze(tmp_path))
+    assert "busy GPUs" not in text
+    assert "GPUs held around the clock" in text or "never at these prices" in text
