@@ -76,8 +76,9 @@ def test_instance_billing_break_even_from_a_bill_priced_by_hand() -> None:
     """The instance-billing break-even was checked only by identities that hold by definition. Here the compute
     bill is priced by hand: 4 GPUs held around the clock bill one whole 8-GPU instance, all of it reserved."""
     from gpuaudit.analysis.costs import owned_total
+    from gpuaudit.analysis.fleet import Measured, fleet
     from gpuaudit.analysis.result import Deployment
-    from gpuaudit.analysis.scenarios import Measured, cost_block, fleet
+    from gpuaudit.analysis.scenarios import cost_block
 
     months = 36
     cfg = load_config().replace("cloud", billing_granularity="instance", gpus_per_instance=8,

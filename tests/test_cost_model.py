@@ -496,8 +496,9 @@ def test_reservation_is_the_smallest_that_covers_its_share(demand: list[float], 
 def test_break_even_prices_renting_and_owning_the_same() -> None:
     """At u*, renting k × today's held demand (fixed part + k × the compute bill) costs exactly what owning
     the fleet costs; with per-GPU billing that is renting the demand itself scaled by k."""
+    from gpuaudit.analysis.fleet import Measured
     from gpuaudit.analysis.result import Deployment
-    from gpuaudit.analysis.scenarios import Measured, cost_block
+    from gpuaudit.analysis.scenarios import cost_block
 
     rng = np.random.default_rng(1)
     held = rng.integers(0, 9, size=2880).astype(float)

@@ -10,7 +10,7 @@ from tests.test_economics_latency_tie import _bursty_fleet, _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
-from gpuaudit.analysis.scenarios import is_cloud_used
+from gpuaudit.analysis.plans import is_cloud_used
 from gpuaudit.report.sections import build_report
 
 

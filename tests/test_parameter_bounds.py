@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from gpuaudit.analysis.config import bounds, load_config
+from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.result import Deployment
-from gpuaudit.analysis.scenarios import PARAMETERS, Measured, tornado
+from gpuaudit.analysis.sensitivity import PARAMETERS, tornado
 from gpuaudit.errors import GpuauditError
 
 

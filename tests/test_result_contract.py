@@ -167,7 +167,7 @@ def test_the_break_even_curve_is_the_analyzers_and_meets_owning_at_u_star(result
 
 
 def test_the_curve_is_empty_without_a_break_even_and_linear_with_one() -> None:
-    from gpuaudit.analysis.scenarios import BreakEvenCalc, break_even_curve
+    from gpuaudit.analysis.breakeven import BreakEvenCalc, break_even_curve
 
     none = BreakEvenCalc(None, 0.0, "buy-the-fleet", 1e6, 2e6, "on-prem", 1e5, 0.0)
     assert break_even_curve(none, 8, 36).rows == ()

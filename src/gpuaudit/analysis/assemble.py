@@ -12,7 +12,9 @@ import numpy as np
 from gpuaudit import schema
 from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import utilization as ut
+from gpuaudit.analysis.breakeven import break_even_curve
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
+from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     RESULT_VERSION,
@@ -36,7 +38,7 @@ from gpuaudit.analysis.result import (
     Trial,
     Utilization,
 )
-from gpuaudit.analysis.scenarios import CostBlock, Measured, break_even_curve, payback_against
+from gpuaudit.analysis.scenarios import CostBlock, payback_against
 from gpuaudit.analysis.stage1.rollup import Rollups
 
 

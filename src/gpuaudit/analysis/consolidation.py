@@ -20,9 +20,11 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.fleet import latency_floor
 from gpuaudit.analysis.hybrid import size
+from gpuaudit.analysis.plans import cloud_of, is_cloud_used
 from gpuaudit.analysis.result import Consolidation, CostScenario, Table
-from gpuaudit.analysis.scenarios import CostBlock, _cloud_of, is_cloud_used, latency_floor
+from gpuaudit.analysis.scenarios import CostBlock
 
 TOP_HOLDERS = 3
 
@@ -49,7 +51,7 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: 
     if floor >= n_fit or not recommended_rents:
         n_own = n_fit
     elif recommended_owns:
-        bill0, _k0, _m0 = _cloud_of(cfg, tl, work, block.prices)
+        bill0, _k0, _m0 = cloud_of(cfg, tl, work, block.prices)
         rent_all = float(sum(bill0.values())) + float(costs.owned_total(costs.owned_cost(
             cfg, tl, 0.0, block.watts, fl.existing, fl.age_years))[0])
         n_own = max(size(cfg, tl, work, rent_all, power, fl.existing, fl.age_years, min_owned=floor).n_owning,
@@ -65,7 +67,7 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: 
     if n_own >= n_fit:
         plan = f"own {n_fit:,} GPUs{sold}"
     else:
-        bill, _k, mean = _cloud_of(cfg, tl, work - n_own, block.prices)
+        bill, _k, mean = cloud_of(cfg, tl, work - n_own, block.prices)
         usd += float(sum(bill.values()))
         rented_gpu_hours = mean * costs.HOURS_PER_MONTH * tl.months  # as a scenario's cloud_gpu_hours
         why = " for the latency-sensitive work" if n_own == floor and floor > 0 else ""

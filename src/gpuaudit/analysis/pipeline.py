@@ -19,6 +19,8 @@ from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_
 from gpuaudit.analysis.config import Config, bounds, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
+from gpuaudit.analysis.fleet import Measured, fleet_series
+from gpuaudit.analysis.plans import OWNING
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import (
     AnalysisResult,
@@ -30,17 +32,8 @@ from gpuaudit.analysis.result import (
     Table,
     TornadoColumns,
 )
-from gpuaudit.analysis.scenarios import (
-    OWNING,
-    CostBlock,
-    Measured,
-    cost_block,
-    cost_draws,
-    fleet_series,
-    growth_table,
-    tornado,
-    with_egress,
-)
+from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws, with_egress
+from gpuaudit.analysis.sensitivity import growth_table, tornado
 from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
 from gpuaudit.analysis.stage1.slots import HOUR_S
 from gpuaudit.errors import GpuauditError
