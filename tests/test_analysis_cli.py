@@ -8,6 +8,8 @@ import pytest
 from tests.analysis_helpers import ends, gpu_rows, proc_rows, write
 from tests.helpers import run_cli
 
+from gpuaudit.analysis.overrides import Overrides
+
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):  # type: ignore[no-untyped-def]
@@ -130,7 +132,7 @@ def test_a_bad_option_is_refused_before_the_dataset_is_read(root, monkeypatch) -
     for bad in ({"latency_sensitive_share": 2.0}, {"egress_gb_per_week": -1.0},
                 {"latency_sensitive": True, "latency_sensitive_share": 0.5}):
         with pytest.raises(GpuauditError):
-            pipeline.analyze(root, **bad)  # type: ignore[arg-type]
+            pipeline.analyze(root, overrides=Overrides(**bad))  # type: ignore[arg-type]
     assert scanned == []
-    pipeline.analyze(root, latency_sensitive_share=0.5)
+    pipeline.analyze(root, overrides=Overrides(latency_sensitive_share=0.5))
     assert len(scanned) == 1  # a good option still reads the dataset

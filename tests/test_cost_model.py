@@ -34,6 +34,7 @@ from gpuaudit.analysis.costs import (
     timeline,
 )
 from gpuaudit.analysis.hybrid import critical_fractile_n, overflow_hours, overflow_mean, size
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.errors import GpuauditError
 
 # --------------------------------------------------------------------------------------------- the article
@@ -204,9 +205,9 @@ def test_instance_granularity_bills_whole_instances() -> None:
     assert list(billable(np.array([3.0]), 1)) == [3.0]
     assert reserved_capacity(np.array([8.0, 16.0, 8.0, 0.0]), 0.6, 8) == 8.0
     rows = [r for g in range(3) for r in gpu_rows("n1", f"GPU-{g}", 48 * 12, interval_s=300, sm=0.5, procs=1)]
-    gpu = analyze_rollups(rollups(rows), load_config(), current="cloud")
+    gpu = analyze_rollups(rollups(rows), load_config(), overrides=Overrides(current="cloud"))
     inst = analyze_rollups(rollups(rows), load_config().replace("cloud", billing_granularity="instance"),
-                           current="cloud")
+                           overrides=Overrides(current="cloud"))
     a = next(s for s in gpu.costs.scenarios if s.id == "all-cloud")
     b = next(s for s in inst.costs.scenarios if s.id == "all-cloud")
     assert b.cloud_gpu_hours == pytest.approx(a.cloud_gpu_hours * 8 / 3)  # 3 GPUs held → one 8-GPU instance
@@ -436,7 +437,7 @@ def test_growth_table() -> None:
 
 def test_scenarios_are_consistent() -> None:
     roll = rollups(gpu_rows("n1", "GPU-a", 24 * 60, sm=0.5, procs=1) + gpu_rows("n1", "GPU-b", 24 * 60, sm=0.0))
-    r = analyze_rollups(roll, load_config(), current="cloud")
+    r = analyze_rollups(roll, load_config(), overrides=Overrides(current="cloud"))
     s = {x.id: x for x in r.costs.scenarios}
     assert list(s) == ["stay-as-is", "all-cloud", "all-on-prem", "hybrid", "all-cloud-if-packed",
                        "all-on-prem-if-packed", "hybrid-if-packed"]
@@ -467,11 +468,11 @@ def test_cost_bootstrap_gives_an_interval_around_the_point() -> None:
 
 def test_egress_override_reaches_the_cost_model() -> None:
     roll = rollups(gpu_rows("n1", "GPU-a", 240, sm=0.5, procs=1))
-    r = analyze_rollups(roll, load_config(), egress_gb_per_week=0.0)
+    r = analyze_rollups(roll, load_config(), overrides=Overrides(egress_gb_per_week=0.0))
     assert next(x for x in r.costs.scenarios if x.id == "all-cloud").components["egress"] == 0.0
     assert r.decision.inputs.egress_gb_per_week == 0.0
     with pytest.raises(GpuauditError, match="egress"):
-        analyze_rollups(roll, load_config(), egress_gb_per_week=-5.0)
+        analyze_rollups(roll, load_config(), overrides=Overrides(egress_gb_per_week=-5.0))
 
 
 def test_config_replace_keeps_other_values() -> None:
@@ -540,7 +541,7 @@ def test_article_preset_reproduces_its_on_prem_total_through_the_analyzer() -> N
 
     rows = [r for g in range(100) for r in gpu_rows(f"n{g // 8}", f"G-{g}", 7 * 288, interval_s=300,
                                                      sm=lambda i: 0.9 if held(i) else 0.0, procs=held)]
-    r = analyze_rollups(rollups(rows), load_config(preset="article"), current="cloud")
+    r = analyze_rollups(rollups(rows), load_config(preset="article"), overrides=Overrides(current="cloud"))
     by_id = {s.id: s for s in r.costs.scenarios}
     assert by_id["all-on-prem"].owned_gpus == 100
     assert round(by_id["all-on-prem"].total.value or 0.0, 2) == 1_710_480.00

@@ -13,6 +13,7 @@ from tests.analysis_helpers import T0, gpu_rows, rollups, write
 from gpuaudit.analysis import analyze, analyze_rollups, load_config
 from gpuaudit.analysis.confidence import bootstrap, daily
 from gpuaudit.analysis.decision import RULES, Op, branch_for, evaluate
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.result import Branch, DecisionInputs, Deployment
 
 
@@ -97,7 +98,8 @@ def test_boundaries_on_stored_data(sm: float, branch: str) -> None:
                                                            (False, False, "high-utilization"),
                                                            (False, True, "data-residency")])
 def test_flags_reach_the_decision(latency: bool, residency: bool, rule: str) -> None:
-    r = analyze_rollups(rollups(_one_gpu(0.9)), load_config(), latency_sensitive=latency, data_residency=residency)
+    r = analyze_rollups(rollups(_one_gpu(0.9)), load_config(),
+                        overrides=Overrides(latency_sensitive=latency, data_residency=residency))
     assert r.decision.rule.id == rule and r.decision.branch is Branch.ON_PREM
     assert r.decision.inputs.latency_sensitive is latency and r.decision.inputs.data_residency is residency
 

@@ -14,6 +14,7 @@ from tests.analysis_helpers import T0, gpu_rows, rollups
 from gpuaudit import schema
 from gpuaudit.analysis import analyze_rollups, costs
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.text import summary
 from gpuaudit.errors import GpuauditError
 from gpuaudit.report.sections import build_report
@@ -40,18 +41,18 @@ def test_a_rented_fleet_stays_rented_whole() -> None:
     """Renting the whole fleet 24/7 ("stay as is" in the cloud) was priced on the GPUs that reported only,
     while all-cloud was scaled to the fleet: staying came out cheaper than renting just the held hours."""
     roll = rollups(_fleet(4, sm=0.2, procs=_half_held))
-    bigger = analyze_rollups(roll, load_config(), current="cloud", fleet_gpus=8)
+    bigger = analyze_rollups(roll, load_config(), overrides=Overrides(current="cloud", fleet_gpus=8))
     assert _total(bigger, "stay-as-is") >= _total(bigger, "all-cloud")
     # renting only the held hours releases idle instances: shown as a behaviour change (issue 17), not cheapest
     assert _scenarios(bigger)["all-cloud"].what_if
-    seen = analyze_rollups(roll, load_config(), current="cloud")
+    seen = analyze_rollups(roll, load_config(), overrides=Overrides(current="cloud"))
     compute = ("cloud_reserved", "cloud_flexible")
     assert sum(_scenarios(bigger)["stay-as-is"].components[k] for k in compute) == pytest.approx(
         2 * sum(_scenarios(seen)["stay-as-is"].components[k] for k in compute), rel=1e-6)
     # a coverage gap: two GPUs stop reporting half way; what reported is scaled to the fleet on both sides
     rows = [r for r in _fleet(4, sm=0.2, procs=_half_held)
             if r["gpu_uuid"] in ("GPU-0", "GPU-1") or r["ts"] < T0.replace(day=T0.day + 1)]
-    gappy = analyze_rollups(rollups(rows), load_config(), current="cloud")
+    gappy = analyze_rollups(rollups(rows), load_config(), overrides=Overrides(current="cloud"))
     assert _total(gappy, "stay-as-is") >= _total(gappy, "all-cloud")
 
 
@@ -108,13 +109,13 @@ def test_a_horizon_past_the_hardware_life_prices_both_timings_alike() -> None:
     base = load_config().replace("analysis", horizon_months=72, discount_rate_per_year=0.0)
     base = base.replace("on_prem", salvage_fraction=0.0)
     roll = rollups(_fleet(8, sm=0.8))
-    up = analyze_rollups(roll, base.replace("on_prem", capex_timing="upfront"), current="cloud")
-    spread = analyze_rollups(roll, base.replace("on_prem", capex_timing="spread"), current="cloud")
+    up = analyze_rollups(roll, base.replace("on_prem", capex_timing="upfront"), overrides=Overrides(current="cloud"))
+    spread = analyze_rollups(roll, base.replace("on_prem", capex_timing="spread"), overrides=Overrides(current="cloud"))
     for sid in ("all-on-prem", "hybrid"):
         assert _total(up, sid) == pytest.approx(_total(spread, sid), rel=1e-9)
     assert up.costs.cheapest == spread.costs.cheapest
     assert any("life" in c and "refresh" in c for c in up.decision.caveats)
-    short = analyze_rollups(roll, load_config(), current="cloud")
+    short = analyze_rollups(roll, load_config(), overrides=Overrides(current="cloud"))
     assert not any("refresh" in c for c in short.decision.caveats)
 
 
@@ -172,7 +173,7 @@ def test_data_residency_break_even_and_what_ifs() -> None:
     """Under data residency the break-even still said "→ cloud" and the what-if rows were not marked as not
     allowed."""
     r = analyze_rollups(rollups(_fleet(4, sm=0.05, procs=lambda i: int(i % 4 == 0))), load_config(),
-                        data_residency=True)
+                        overrides=Overrides(data_residency=True))
     s = _scenarios(r)
     assert not s["all-cloud-if-packed"].allowed
     assert s["hybrid-if-packed"].allowed == (s["hybrid-if-packed"].cloud_gpu_hours == 0)
@@ -197,7 +198,7 @@ def test_cloud_today_with_owned_gpus_keeps_them_in_staying() -> None:
     """--current cloud with owned GPUs: "stay as is" left the owned GPUs out while every owning plan counted
     them, and the break-even's reference was called stay-as-is at another price."""
     cfg = load_config().replace("on_prem", owned_gpus=8)
-    r = analyze_rollups(rollups(_fleet(8, sm=0.2, procs=_half_held)), cfg, current="cloud")
+    r = analyze_rollups(rollups(_fleet(8, sm=0.2, procs=_half_held)), cfg, overrides=Overrides(current="cloud"))
     stay = _scenarios(r)["stay-as-is"]
     assert stay.owned_gpus == 8 and stay.components["owned_value_kept"] > 0
     assert r.break_even.own_reference != "stay-as-is"
@@ -214,7 +215,7 @@ def test_without_resamples_no_interval_anywhere() -> None:
 
 def test_residency_break_even_line_says_why_it_is_on_prem() -> None:
     r = analyze_rollups(rollups(_fleet(4, sm=0.05, procs=lambda i: int(i % 4 == 0))), load_config(),
-                        data_residency=True)
+                        overrides=Overrides(data_residency=True))
     be = r.break_even
     assert be.never or be.measured_billed < (be.billed_utilization.value or 0.0)  # renting would be cheaper
     line = next(x for x in summary(r).splitlines() if x.startswith("break-even"))
@@ -234,7 +235,7 @@ def test_growth_that_flips_the_cheapest_lowers_confidence() -> None:
 
 def test_growth_table_names_the_hybrid_it_prices() -> None:
     r = analyze_rollups(rollups(_fleet(8, sm=0.1, procs=lambda i: int(i % 10 == 0))), load_config(),
-                        current="cloud")
+                        overrides=Overrides(current="cloud"))
     row = r.sensitivity.growth.rows[0]
     assert "hybrid_n_star" not in row
     assert row["hybrid_gpus"] == _scenarios(r)["hybrid"].owned_gpus
@@ -246,6 +247,6 @@ def test_hybrid_cross_check_tolerance_is_not_most_of_the_fleet() -> None:
 
 
 def test_fleet_larger_than_seen_is_not_called_gaps() -> None:
-    r = analyze_rollups(rollups(_fleet(4, sm=0.5)), load_config(), fleet_gpus=8)
+    r = analyze_rollups(rollups(_fleet(4, sm=0.5)), load_config(), overrides=Overrides(fleet_gpus=8))
     w = " ".join(r.warnings)
     assert "(gaps)" not in w and "no agent" in w

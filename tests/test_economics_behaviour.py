@@ -9,6 +9,7 @@ from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.report.sections import build_report
 
 
@@ -19,7 +20,7 @@ def _rows() -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_a_cloud_fleet_is_not_told_to_move_to_the_cloud() -> None:
-    r = analyze_rollups(rollups(_rows()), load_config(), current="cloud")
+    r = analyze_rollups(rollups(_rows()), load_config(), overrides=Overrides(current="cloud"))
     s = {x.id: x for x in r.costs.scenarios}
     # renting only the held hours (2/3 of the instance-hours) is the plan that releases idle instances
     assert s["all-cloud"].cloud_gpu_hours < s["stay-as-is"].cloud_gpu_hours

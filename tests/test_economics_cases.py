@@ -13,6 +13,7 @@ from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
 from gpuaudit import schema
 from gpuaudit.analysis import analyze, analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.report.sections import build_report
 from gpuaudit.sim import bulk as sim
 
@@ -59,7 +60,7 @@ def test_headline_says_when_the_costs_disagree_with_the_rule(tmp_path: Path) -> 
     so, with the amount, and not read high confidence."""
     cfg_path = tmp_path / "dear-staff.toml"
     cfg_path.write_text("[on_prem]\nstaff_usd_per_month = 90000\n")
-    r = analyze_rollups(rollups(_steady_rows(8)), load_config(cfg_path), current="cloud")
+    r = analyze_rollups(rollups(_steady_rows(8)), load_config(cfg_path), overrides=Overrides(current="cloud"))
     assert r.decision.branch.value == "on-prem"  # the rule: > 70 % real
     assert r.costs.cheapest == "all-cloud" or r.costs.cheapest == "stay-as-is"
     cheaper = _scenarios(r)[r.costs.cheapest]
@@ -78,7 +79,7 @@ def test_go_hybrid_is_not_said_when_owning_nothing_is_cheapest() -> None:
                                                      sm=lambda i, g=g: 0.5 if (i // 12 + g) % 2 else 0.1,
                                                      procs=lambda i, g=g: 1 if (i // 12 + g) % 3 else 0)]
     cfg = load_config().replace("on_prem", staff_usd_per_month=200000.0)
-    r = analyze_rollups(rollups(rows), cfg, current="cloud")
+    r = analyze_rollups(rollups(rows), cfg, overrides=Overrides(current="cloud"))
     assert r.decision.branch.value == "hybrid"
     assert r.hybrid.n_star == 0
     # a cloud fleet renting only its held hours must release idle instances: a behaviour change (issue 17), so
@@ -90,7 +91,7 @@ def test_go_hybrid_is_not_said_when_owning_nothing_is_cheapest() -> None:
 def test_data_residency_never_picks_a_scenario_that_rents() -> None:
     rows = [r for g in range(4) for r in gpu_rows("n1", f"GPU-{g}", 48 * 12, interval_s=300, sm=0.05,
                                                      procs=lambda i: int(i % 4 == 0))]
-    r = analyze_rollups(rollups(rows), load_config(), data_residency=True)
+    r = analyze_rollups(rollups(rows), load_config(), overrides=Overrides(data_residency=True))
     cheapest = _scenarios(r)[r.costs.cheapest]
     assert not _rents(cheapest)
     assert r.decision.recommendation == "on-prem"
@@ -155,14 +156,14 @@ def test_coverage_gaps_scale_by_fleet_size() -> None:
     full = [r for g in range(4) for r in gpu_rows("n1", f"GPU-{g}", 48 * 12, interval_s=300, sm=0.5,
                                                      procs=lambda i: int(i % 2 == 0))]
     gappy = [r for r in full if r["gpu_uuid"] in ("GPU-0", "GPU-1") or r["ts"] <= T0 + dt.timedelta(hours=12)]
-    a = analyze_rollups(rollups(full), load_config(), current="cloud")
-    b = analyze_rollups(rollups(gappy), load_config(), current="cloud")
+    a = analyze_rollups(rollups(full), load_config(), overrides=Overrides(current="cloud"))
+    b = analyze_rollups(rollups(gappy), load_config(), overrides=Overrides(current="cloud"))
     assert b.data_quality.coverage.value < 0.7
     ca, cb = _scenarios(a)["all-cloud"].total.value, _scenarios(b)["all-cloud"].total.value
     assert cb == pytest.approx(ca, rel=0.03)
     # a whole node without an agent: tell the fleet size
     c = analyze_rollups(rollups([r for r in full if r["gpu_uuid"] in ("GPU-0", "GPU-1")]), load_config(),
-                        current="cloud", fleet_gpus=4)
+                        overrides=Overrides(current="cloud", fleet_gpus=4))
     assert _scenarios(c)["all-cloud"].total.value == pytest.approx(ca, rel=0.03)
 
 
@@ -171,7 +172,7 @@ def test_hybrid_cross_check_compares_like_questions() -> None:
     staff dear enough that owning nothing wins, they always "disagreed". Compare the fractile with the best
     N ≥ 1, and state the fixed-cost hurdle."""
     cfg = load_config().replace("on_prem", staff_usd_per_month=400000.0)
-    r = analyze_rollups(rollups(_steady_rows(8)), cfg, current="cloud")
+    r = analyze_rollups(rollups(_steady_rows(8)), cfg, overrides=Overrides(current="cloud"))
     h = r.hybrid
     assert h.n_star == 0
     assert h.agrees

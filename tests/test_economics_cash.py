@@ -12,6 +12,7 @@ from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 
 GPUS = 64
 
@@ -24,7 +25,7 @@ def _lab() -> list[dict]:  # type: ignore[type-arg]
 
 def test_a_plan_that_buys_has_cash_by_month_and_a_payback() -> None:
     cfg = load_config()
-    r = analyze_rollups(rollups(_lab()), cfg, current="cloud")
+    r = analyze_rollups(rollups(_lab()), cfg, overrides=Overrides(current="cloud"))
     s = {x.id: x for x in r.costs.scenarios}
     own, rent = s["all-on-prem"], s["all-cloud"]
     o, c = cfg.on_prem, cfg.cloud

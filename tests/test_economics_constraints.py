@@ -10,6 +10,7 @@ from tests.test_economics_latency_tie import _bursty_fleet, _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.plans import is_cloud_used
 from gpuaudit.report.sections import build_report
 
@@ -24,7 +25,7 @@ def bursty():  # type: ignore[no-untyped-def]
 def test_the_consolidation_lever_never_rents_what_may_not_be_rented(bursty, kw) -> None:  # type: ignore[no-untyped-def]
     """A cloud fleet with a latency share (or residency) was told 'rent the work at 70 % utilization: $477k less
     than the recommended plan', which owns GPUs precisely because renting that work is not allowed."""
-    r = analyze_rollups(bursty, _cfg(), current="cloud", **kw)
+    r = analyze_rollups(bursty, _cfg(), Overrides(current="cloud", **kw))
     c = r.consolidation
     assert not c.plan.startswith("rent the work"), c.plan
     if kw.get("latency_sensitive_share"):
@@ -43,7 +44,7 @@ def test_the_work_never_fits_on_more_gpus_than_the_fleet_has() -> None:
 def test_a_cloud_fleet_whose_staying_is_ruled_out_is_told_so(bursty) -> None:  # type: ignore[no-untyped-def]
     """'At your prices hybrid is the cheapest option, $246k more than staying as is': staying was excluded by the
     latency share without a word. The headline names what rules it out and the price of it."""
-    r = analyze_rollups(bursty, _cfg(), current="cloud", latency_sensitive_share=0.3)
+    r = analyze_rollups(bursty, _cfg(), overrides=Overrides(current="cloud", latency_sensitive_share=0.3))
     by_id = {s.id: s for s in r.costs.scenarios}
     assert not by_id["stay-as-is"].allowed
     h = r.decision.headline
@@ -56,7 +57,7 @@ def test_a_rule_whose_branch_is_ruled_out_is_not_compared_with_itself(bursty) ->
     headline read 'all on-prem is $0 cheaper over 36 months than all on-prem'."""
     rows = [r for g in range(8) for r in gpu_rows("n1", f"L-{g}", 48 * 12, interval_s=300,
                                                   sm=lambda i: 0.9 if i % 10 < 1 else 0.0, procs=1)]
-    r = analyze_rollups(rollups(rows), _cfg(), latency_sensitive_share=1.0)
+    r = analyze_rollups(rollups(rows), _cfg(), overrides=Overrides(latency_sensitive_share=1.0))
     d = r.decision
     assert d.rule.id == "low-utilization"
     assert "$0 cheaper" not in d.headline and "than all on-prem" not in d.headline, d.headline
@@ -84,7 +85,7 @@ def test_without_a_different_allowed_plan_the_tornado_moves_the_plans_cost(burst
     """All work latency-sensitive on a fleet owning its peak: every allowed plan owns the same GPUs. No margin
     exists; the rows carry None and swing by the plan's own cost, and the chart says it shows the cost."""
     rows = [r for g in range(8) for r in gpu_rows("n1", f"F-{g}", 48 * 12, interval_s=300, sm=0.9, procs=1)]
-    r = analyze_rollups(rollups(rows), _cfg(), latency_sensitive=True)
+    r = analyze_rollups(rollups(rows), _cfg(), overrides=Overrides(latency_sensitive=True))
     rows_ = {x["key"]: x for x in r.sensitivity.tornado.rows}
     hw = rows_["on_prem.hardware_usd_per_gpu"]
     assert hw["base_margin_usd"] is None and hw["swing_usd"] == pytest.approx(
@@ -116,7 +117,7 @@ def test_the_interval_of_a_plan_nobody_may_choose_does_not_lower_confidence(burs
     cfg = load_config().replace("cloud", instance_usd_per_hour=74.0).replace("analysis", bootstrap_resamples=300)
     free = analyze_rollups(roll, cfg)  # the case: renting allowed, the interval includes zero and is said
     assert any("all-cloud − owning" in why for why in free.decision.confidence.reasons)
-    r = analyze_rollups(roll, cfg, latency_sensitive_share=0.3)
+    r = analyze_rollups(roll, cfg, overrides=Overrides(latency_sensitive_share=0.3))
     assert not {s.id: s for s in r.costs.scenarios}["all-cloud"].allowed
     d = r.confidence.cost_difference_usd
     assert d.low is not None and d.high is not None and d.low < 0 < d.high
@@ -126,7 +127,7 @@ def test_the_interval_of_a_plan_nobody_may_choose_does_not_lower_confidence(burs
 def test_a_cloud_fleets_purchase_pays_back_against_todays_bill(bursty) -> None:  # type: ignore[no-untyped-def]
     """Payback was measured against all cloud, which for a cloud fleet is releasing idle instances (a change of
     behaviour) or not allowed: against today's bill (staying) it differs."""
-    r = analyze_rollups(bursty, _cfg(), current="cloud")
+    r = analyze_rollups(bursty, _cfg(), overrides=Overrides(current="cloud"))
     assert r.costs.payback_against == "stay-as-is"
     assert analyze_rollups(bursty, _cfg()).costs.payback_against == "all-cloud"
     cash = next(t for s in build_report(r, version="t").sections for t in s.tables
@@ -137,7 +138,7 @@ def test_a_cloud_fleets_purchase_pays_back_against_todays_bill(bursty) -> None: 
 def test_the_assumptions_credit_the_option_actually_given(bursty) -> None:  # type: ignore[no-untyped-def]
     """With only --latency-sensitive-share 0.3 the list said input.latency_sensitive came from --latency-sensitive
     (all work), which the user never passed."""
-    r = analyze_rollups(bursty, _cfg(), latency_sensitive_share=0.3)
+    r = analyze_rollups(bursty, _cfg(), overrides=Overrides(latency_sensitive_share=0.3))
     a = {x.key: x for x in r.assumptions}
     assert a["decision.latency_sensitive_share"].value == 0.3
     assert a["decision.latency_sensitive_share"].source == "--latency-sensitive-share"
@@ -147,7 +148,7 @@ def test_the_assumptions_credit_the_option_actually_given(bursty) -> None:  # ty
 def test_the_hybrids_cross_check_answers_the_constrained_question(bursty) -> None:  # type: ignore[no-untyped-def]
     """At a share of 0.5 the hybrid owns the floor (4) and the critical fractile (no floor) said 2: 'disagrees'.
     The fractile answers the same question: no fewer than the floor."""
-    r = analyze_rollups(bursty, _cfg(), latency_sensitive_share=0.5)
+    r = analyze_rollups(bursty, _cfg(), overrides=Overrides(latency_sensitive_share=0.5))
     h = r.hybrid
     assert h.min_owned_gpus == 4 and h.n_owning >= 4 and h.critical_fractile_n >= 4 and h.agrees
 
@@ -157,7 +158,7 @@ def test_staying_in_the_cloud_rents_the_instances_that_run(bursty) -> None:  # t
     run; renting only what jobs hold is the separate behaviour-change plan."""
     rows = [r for g in range(4) for r in gpu_rows("n1", f"C-{g}", 48 * 12, interval_s=300, sm=0.1,
                                                   procs=lambda i: int(i % 3 == 0))]
-    r = analyze_rollups(rollups(rows), _cfg(), current="cloud")
+    r = analyze_rollups(rollups(rows), _cfg(), overrides=Overrides(current="cloud"))
     assert r.decision.recommended_scenario == "stay-as-is"
     assert "the instances that run today" in r.decision.action and "what jobs hold" not in r.decision.action
 
@@ -171,7 +172,7 @@ def test_the_lever_resizes_the_recommended_hybrid_on_the_packed_work() -> None:
     for g in range(2, 8):
         rows += gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=lambda i: 0.3 if i % 10 < 3 else 0.0,
                          procs=lambda i: int(i % 10 < 3))
-    r = analyze_rollups(rollups(rows), _cfg(), latency_sensitive_share=0.3)
+    r = analyze_rollups(rollups(rows), _cfg(), overrides=Overrides(latency_sensitive_share=0.3))
     rec = {s.id: s for s in r.costs.scenarios}[r.decision.recommended_scenario]
     assert rec.id == "hybrid" and is_cloud_used(rec) and rec.owned_gpus > 0  # the case: a hybrid recommended
     c = r.consolidation
@@ -200,11 +201,13 @@ def test_every_headline_says_staying_is_ruled_out_once() -> None:
     headline ('… the same as all on-prem') never said staying was ruled out nor what the answer costs more than
     today; and where the rule's branch was ruled out the constraint was said twice, beside 'no plan may rent
     it' although the recommended hybrid rents."""
-    r = analyze_rollups(rollups(_cloud_fleet(2, 6, 3)), load_config(), current="cloud", latency_sensitive=True)
+    r = analyze_rollups(rollups(_cloud_fleet(2, 6, 3)), load_config(),
+                        overrides=Overrides(current="cloud", latency_sensitive=True))
     h = r.decision.headline
     assert "the same as all on-prem" in h and "staying as is is not allowed (all work is latency-sensitive" in h, h
     assert "more than staying as is" in h
-    r = analyze_rollups(rollups(_cloud_fleet(1, 7, 1)), load_config(), current="cloud", latency_sensitive_share=0.3)
+    r = analyze_rollups(rollups(_cloud_fleet(1, 7, 1)), load_config(),
+                        overrides=Overrides(current="cloud", latency_sensitive_share=0.3))
     h = r.decision.headline
     assert h.count("30 % of demand is latency-sensitive") == 1 and "no plan may rent" not in h, h
     assert "rules out the plans it points to" in h and "cheapest allowed option" in h
@@ -219,7 +222,7 @@ def test_payback_against_a_plan_nobody_may_choose_is_none() -> None:
     free = analyze_rollups(rollups(rows), cfg)
     assert free.costs.payback_against == "all-cloud"
     assert any(s.payback_months is not None for s in free.costs.scenarios)  # the case: a payback exists
-    r = analyze_rollups(rollups(rows), cfg, data_residency=True)
+    r = analyze_rollups(rollups(rows), cfg, overrides=Overrides(data_residency=True))
     assert r.costs.payback_against == "" and all(s.payback_months is None for s in r.costs.scenarios)
 
 
@@ -231,7 +234,7 @@ def test_an_input_that_flips_the_answer_is_never_drawn_flat() -> None:
     rows = [x for g in range(64) for x in gpu_rows(f"n{g // 8}", f"A-{g}", 2 * 288, interval_s=300, sm=0.2,
                                                     procs=1)]
     cfg = load_config().replace("cloud", egress_gb_per_week=0.0, instance_usd_per_hour=30.0)
-    r = analyze_rollups(rollups(rows), cfg, latency_sensitive_share=0.5)
+    r = analyze_rollups(rollups(rows), cfg, overrides=Overrides(latency_sensitive_share=0.5))
     x = {row["key"]: row for row in r.sensitivity.tornado.rows}["cloud.instance_usd_per_hour"]
     assert x["base_margin_usd"] is None and x["low_margin_usd"] is not None and x["changes_cheapest"]
     assert x["swing_usd"] == pytest.approx(abs(x["low_margin_usd"])) and x["swing_usd"] > 100_000

@@ -12,6 +12,7 @@ from tests.analysis_helpers import T0, gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 
 STEADY, BURST, DAYS = 20, 180, 2  # 20 GPUs always, 180 more for 15 minutes every 2 hours: a peak of 200
 LAUNCHES = DAYS * 12
@@ -53,7 +54,7 @@ def test_an_autoscaled_cloud_fleet_is_billed_for_what_it_held(new_uuid: bool) ->
     """20 GPUs always, 200 for 15 minutes every 2 hours, --current cloud: before the fix mean demand read 200 and
     the plan was to buy 200 GPUs (2,260 with a new UUID per launch); by hand all-cloud rents 1.12 M GPU-hours."""
     cfg = load_config().replace("cloud", reserved_share=0.0, spot_share=0.7)
-    r = analyze_rollups(rollups(_fleet(new_uuid)), cfg, current="cloud")
+    r = analyze_rollups(rollups(_fleet(new_uuid)), cfg, overrides=Overrides(current="cloud"))
     hours, usd = _hand_all_cloud(cfg)
     s = {x.id: x for x in r.costs.scenarios}
     assert r.costs.fleet_gpus == STEADY + BURST  # the peak of concurrent GPUs, never the distinct UUIDs
@@ -76,6 +77,6 @@ def test_a_steady_fleet_with_a_gap_is_still_scaled() -> None:
     rows = [r for g in range(4) for r in gpu_rows("n1", f"G-{g}", 576, interval_s=300, sm=0.2,
                                                   procs=lambda i: int((i // 12) % 2 == 0))]
     rows = [r for r in rows if r["gpu_uuid"] in ("G-0", "G-1") or r["ts"] < T0 + dt.timedelta(days=1)]
-    r = analyze_rollups(rollups(rows), load_config(), current="cloud")
+    r = analyze_rollups(rollups(rows), load_config(), overrides=Overrides(current="cloud"))
     assert r.costs.fleet_gpus == 4
     assert r.hybrid.mean_demand.value == pytest.approx(2.0, rel=1e-3)

@@ -9,6 +9,7 @@ from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.scenarios import is_cloud_used
 
 
@@ -33,7 +34,7 @@ def test_latency_sensitive_work_does_not_burst() -> None:
     roll = rollups(_busy_fleet(0.3))
     free = analyze_rollups(roll, _cfg())
     assert is_cloud_used({s.id: s for s in free.costs.scenarios}[free.costs.cheapest])  # renting wins on price
-    r = analyze_rollups(roll, _cfg(), latency_sensitive=True)
+    r = analyze_rollups(roll, _cfg(), overrides=Overrides(latency_sensitive=True))
     by_id = {s.id: s for s in r.costs.scenarios}
     for s in r.costs.scenarios:
         assert s.allowed == (not is_cloud_used(s)), s.id
@@ -99,7 +100,7 @@ def test_a_stated_latency_sensitive_share_stays_on_owned_gpus() -> None:
     assert r.break_even.verdict == "on-prem"  # renting everything is not a choice
     assert "latency-sensitive" in hybrid.description and f"{floor}" in hybrid.description
     # all or nothing is the share 1: the flag and the share agree
-    flag = analyze_rollups(roll, cfg, latency_sensitive=True)
+    flag = analyze_rollups(roll, cfg, overrides=Overrides(latency_sensitive=True))
     whole = analyze_rollups(roll, cfg.replace("decision", latency_sensitive_share=1.0))
     assert [(s.id, s.allowed, s.owned_gpus) for s in flag.costs.scenarios] == [
         (s.id, s.allowed, s.owned_gpus) for s in whole.costs.scenarios]

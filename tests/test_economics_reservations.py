@@ -10,6 +10,7 @@ from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.overrides import Overrides
 
 
 def _rows() -> list[dict]:  # type: ignore[type-arg]
@@ -44,7 +45,7 @@ def test_nothing_is_reserved_when_a_reserved_hour_costs_more(granularity: str) -
     cfg = load_config().replace("cloud", billing_granularity=granularity)
     reserved, flexible, annuity = _prices(cfg)
     assert reserved > flexible
-    r = analyze_rollups(rollups(_rows()), cfg, current="cloud")
+    r = analyze_rollups(rollups(_rows()), cfg, overrides=Overrides(current="cloud"))
     billed = 2.5 if granularity == "gpu" else 8.0  # one 8-GPU instance runs all the time
     assert r.costs.reserved_gpus == 0
     assert _compute(r, "all-cloud") == pytest.approx((0.0, billed * 730 * flexible * annuity), rel=1e-9)
@@ -57,7 +58,7 @@ def test_the_steady_base_is_reserved_when_cheaper_reserved() -> None:
     by hand all cloud reserves 2 and rents 0.5 GPUs flexibly on average."""
     cfg = load_config().replace("cloud", reserved_multiplier=0.3, instance_usd_per_hour=90.0)
     reserved, flexible, annuity = _prices(cfg)
-    r = analyze_rollups(rollups(_rows()), cfg, current="cloud")
+    r = analyze_rollups(rollups(_rows()), cfg, overrides=Overrides(current="cloud"))
     assert r.costs.reserved_gpus == pytest.approx(2.0)
     assert _compute(r, "all-cloud") == pytest.approx((2 * 730 * reserved * annuity, 0.5 * 730 * flexible * annuity),
                                                      rel=1e-9)
@@ -74,8 +75,8 @@ def test_the_steady_base_is_reserved_when_cheaper_reserved() -> None:
 def test_instance_billing_never_prices_the_cloud_below_per_gpu_billing() -> None:
     for mult in (0.62, 0.3):
         cfg = load_config().replace("cloud", reserved_multiplier=mult)
-        gpu = analyze_rollups(rollups(_rows()), cfg, current="cloud")
+        gpu = analyze_rollups(rollups(_rows()), cfg, overrides=Overrides(current="cloud"))
         inst = analyze_rollups(rollups(_rows()), cfg.replace("cloud", billing_granularity="instance"),
-                               current="cloud")
+                               overrides=Overrides(current="cloud"))
         for sid in ("all-cloud", "stay-as-is"):
             assert sum(_compute(inst, sid)) >= sum(_compute(gpu, sid)) - 1e-6, (mult, sid)

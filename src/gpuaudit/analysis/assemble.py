@@ -15,6 +15,7 @@ from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.breakeven import break_even_curve
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
 from gpuaudit.analysis.fleet import Measured
+from gpuaudit.analysis.overrides import Applied
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     RESULT_VERSION,
@@ -27,7 +28,6 @@ from gpuaudit.analysis.result import (
     Costs,
     DataQuality,
     Decision,
-    Deployment,
     Figure,
     HybridCurveColumns,
     HybridSizing,
@@ -46,8 +46,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
              confidence: Confidence, consolidation: Consolidation, ledger: Ledger,
-             latency_sensitive: bool, data_residency: bool,
-             egress_gb_per_week: float | None, current: Deployment, fleet_gpus: int | None) -> AnalysisResult:
+             applied: Applied) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
@@ -85,8 +84,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
         hybrid=hybrid,
         sensitivity=sens,
         confidence=conf,
-        assumptions=assumptions(cfg, latency_sensitive, data_residency, egress_gb_per_week, current,
-                                fleet_gpus),
+        assumptions=assumptions(applied),
         warnings=tuple(warnings),
         consolidation=consolidation,
         ledger=ledger,
@@ -219,8 +217,9 @@ def _hybrid(block: CostBlock, bucket_s: float) -> HybridSizing:
     )
 
 
-def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | None, current: Deployment,
-                fleet_gpus: int | None = None) -> tuple[Assumption, ...]:
+def assumptions(applied: Applied) -> tuple[Assumption, ...]:
+    """Every setting with its value, unit and source (a preset's comment, a file, or the option that set it)."""
+    cfg = applied.cfg
     comments = {**preset_comments("default"), **(preset_comments(cfg.preset) if cfg.preset != "default" else {})}
     out = []
     for section in ("decision", "cloud", "on_prem", "analysis"):
@@ -230,15 +229,11 @@ def assumptions(cfg: Config, latency: bool, residency: bool, egress: float | Non
             origin = cfg.sources.get(dotted, "default")
             source = (comments.get(dotted, "") if origin in ("default", cfg.preset) else
                       origin if origin.startswith("--") else f"set in {origin}")  # a file, or an option
-            if dotted == "cloud.egress_gb_per_week" and egress is not None:
-                source = "--egress-gb-per-week"
-            if dotted == "analysis.fleet_gpus" and fleet_gpus is not None:
-                source = "--fleet-gpus"
             out.append(Assumption(dotted, list(value) if isinstance(value, tuple) else value, unit_of(key), source))
     out += [
         # any latency-sensitive work: read off the share, whichever way it was set (its own row names the source)
-        Assumption("input.latency_sensitive", latency, "", "decision.latency_sensitive_share > 0"),
-        Assumption("input.data_residency", residency, "", "--data-residency"),
-        Assumption("input.current", current.value, "", "--current"),
+        Assumption("input.latency_sensitive", applied.latency_sensitive, "", "decision.latency_sensitive_share > 0"),
+        Assumption("input.data_residency", applied.data_residency, "", "--data-residency"),
+        Assumption("input.current", applied.current.value, "", "--current"),
     ]
     return tuple(out)

@@ -16,10 +16,11 @@ from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.assemble import assemble
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
-from gpuaudit.analysis.config import Config, bounds, load_config
+from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.fleet import Measured, fleet_series
+from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
 from gpuaudit.analysis.plans import OWNING
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import (
@@ -32,7 +33,7 @@ from gpuaudit.analysis.result import (
     Table,
     TornadoColumns,
 )
-from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws, with_egress
+from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado
 from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
 from gpuaudit.analysis.stage1.slots import HOUR_S
@@ -44,13 +45,8 @@ ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
 def analyze(
     root: Path | str,
     config: Config | None = None,
+    overrides: Overrides = NONE,
     *,
-    latency_sensitive: bool = False,
-    data_residency: bool = False,
-    egress_gb_per_week: float | None = None,
-    current: Deployment | str = Deployment.ON_PREM,
-    fleet_gpus: int | None = None,
-    latency_sensitive_share: float | None = None,
     threads: int | None = None,
     engine: str = "duckdb",
 ) -> AnalysisResult:
@@ -58,47 +54,28 @@ def analyze(
     SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups."""
     if engine not in ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    cfg = config or load_config()
     # bad options fail before the scan (minutes on a large dataset), not after it
-    _apply_flags(cfg, egress_gb_per_week, fleet_gpus, current, latency_sensitive, latency_sensitive_share)
+    applied = apply(config or load_config(), overrides)
     if engine == "spark":
         from gpuaudit.analysis.stage1.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
 
         roll = load_spark_rollups(root)
     else:
         roll = load_rollups(root, threads=threads)
-    return analyze_rollups(roll, cfg, root=str(root), latency_sensitive=latency_sensitive,
-                           data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
-                           fleet_gpus=fleet_gpus, latency_sensitive_share=latency_sensitive_share)
+    return _stage2(roll, applied, root=str(root), now=None)
 
 
-def _current(value: Deployment | str) -> Deployment:
-    try:
-        return Deployment(value)
-    except ValueError:
-        raise GpuauditError(
-            f"--current must be one of {', '.join(d.value for d in Deployment)}, got {value!r}"
-        ) from None
+def analyze_rollups(roll: Rollups, cfg: Config, overrides: Overrides = NONE, *, root: str = "",
+                    now: dt.datetime | None = None) -> AnalysisResult:
+    """Stage 2 from rollups already read: no I/O."""
+    return _stage2(roll, apply(cfg, overrides), root=root, now=now)
 
 
-def analyze_rollups(
-    roll: Rollups,
-    cfg: Config,
-    *,
-    root: str = "",
-    latency_sensitive: bool = False,
-    data_residency: bool = False,
-    egress_gb_per_week: float | None = None,
-    current: Deployment | str = Deployment.ON_PREM,
-    fleet_gpus: int | None = None,
-    latency_sensitive_share: float | None = None,
-    now: dt.datetime | None = None,
-) -> AnalysisResult:
-    """Stage 2: everything from the rollups, no I/O. The steps, in order; assemble() shapes the result."""
-    cfg, current = _apply_flags(cfg, egress_gb_per_week, fleet_gpus, current, latency_sensitive,
-                                latency_sensitive_share)
+def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | None) -> AnalysisResult:
+    """Stage 2: everything from the rollups. The steps, in order; assemble() shapes the result."""
+    cfg, current, data_residency = applied.cfg, applied.current, applied.data_residency
     share = cfg.decision.latency_sensitive_share
-    latency_sensitive = share > 0  # any latency-bound work: the tree's fact
+    latency_sensitive = applied.latency_sensitive
     ut.check_enough(roll, cfg, root)
     t = ut.totals(roll)
     _check_finite(t)
@@ -168,42 +145,7 @@ def analyze_rollups(
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=measured, bucket_s=bucket_s,
                     sensitivity=sens, confidence=conf, consolidation=lever, ledger=led,
-                    latency_sensitive=latency_sensitive, data_residency=data_residency,
-                    egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus)
-
-
-def _flag(cfg: Config, section: str, key: str, value: Any, option: str) -> Config:
-    """`cfg` with a value a command-line option set, the option named as its source (the assumptions list)."""
-    new = cfg.replace(section, **{key: value})
-    return dataclasses.replace(new, sources={**cfg.sources, f"{section}.{key}": option})
-
-
-def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int | None,
-                 current: Deployment | str, latency_sensitive: bool = False,
-                 latency_share: float | None = None) -> tuple[Config, Deployment]:
-    """The command-line inputs checked and merged into the settings."""
-    if latency_share is not None:
-        if not math.isfinite(latency_share) or not 0.0 <= latency_share <= 1.0:
-            raise GpuauditError("--latency-sensitive-share must be a fraction between 0 and 1, "
-                                f"got {latency_share:g}")
-        if latency_sensitive and latency_share != 1.0:
-            raise GpuauditError("--latency-sensitive means all work is latency-sensitive (a share of 1): give it or "
-                                f"--latency-sensitive-share, not both (got {latency_share:g})")
-        cfg = _flag(cfg, "decision", "latency_sensitive_share", float(latency_share), "--latency-sensitive-share")
-    elif latency_sensitive:
-        cfg = _flag(cfg, "decision", "latency_sensitive_share", 1.0, "--latency-sensitive")
-    # The flags set config values: the config's ranges hold for them (a fleet of 0 GPUs means "the GPUs seen").
-    lo, hi = bounds("cloud", "egress_gb_per_week")
-    if egress_gb_per_week is not None and (not math.isfinite(egress_gb_per_week) or not lo <= egress_gb_per_week
-                                           <= hi):
-        raise GpuauditError(f"--egress-gb-per-week must be a number between {lo:g} and {hi:.0e}".replace("e+", "e")
-                            + f", got {egress_gb_per_week:g}")
-    if fleet_gpus is not None:
-        hi = bounds("analysis", "fleet_gpus")[1]
-        if not 0 < fleet_gpus <= hi:
-            raise GpuauditError(f"--fleet-gpus must be between 1 and {hi:,.0f}, got {fleet_gpus}")
-        cfg = cfg.replace("analysis", fleet_gpus=int(fleet_gpus))
-    return with_egress(cfg, egress_gb_per_week), _current(current)
+                    applied=applied)
 
 
 def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,

@@ -7,12 +7,15 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.util import paths
+
+if TYPE_CHECKING:
+    from gpuaudit.analysis.overrides import Overrides
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +60,17 @@ FleetOption = typer.Option(
     None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
     "measured demand is scaled to it."
 )
+
+
+def overrides(latency_sensitive: bool, latency_sensitive_share: float | None, data_residency: bool,
+              egress_gb_per_week: float | None, current: str, fleet_gpus: int | None) -> Overrides:
+    """The decision-input options (LatencyOption ... FleetOption) of `analyze` and `report` as one object;
+    checked when the analysis applies them to the config (analysis/overrides.apply)."""
+    from gpuaudit.analysis.overrides import Overrides
+
+    return Overrides(latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
+                     data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
+                     fleet_gpus=fleet_gpus)
 
 
 def data_path(value: Path | None) -> Path:

@@ -20,6 +20,7 @@ from gpuaudit.cli._common import (
     ResidencyOption,
     data_source,
     handle_errors,
+    overrides,
 )
 from gpuaudit.util.paths import local_path
 
@@ -48,6 +49,5 @@ def analyze_cmd(
 
     config = local_path(config, "--config", "a file") if config is not None else None
     print_analysis(data_source(data), as_json=as_json, config=config, preset=preset,
-                   latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
-                   data_residency=data_residency,
-                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus, engine=engine)
+                   overrides=overrides(latency_sensitive, latency_sensitive_share, data_residency,
+                                       egress_gb_per_week, current, fleet_gpus), engine=engine)

@@ -21,6 +21,7 @@ from gpuaudit.cli._common import (
     ResidencyOption,
     data_source,
     handle_errors,
+    overrides,
 )
 from gpuaudit.util.paths import local_path
 
@@ -60,9 +61,8 @@ def report_cmd(
     out = local_path(out, "--out", "a local directory (copy the report to object storage afterwards)")
     config = local_path(config, "--config", "a file") if config is not None else None
     report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
-                   latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
-                   data_residency=data_residency,
-                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus,
+                   overrides=overrides(latency_sensitive, latency_sensitive_share, data_residency,
+                                       egress_gb_per_week, current, fleet_gpus),
                    engine=engine, by=by)
 
 
