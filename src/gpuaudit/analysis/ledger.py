@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from gpuaudit.analysis import jobkeys
 from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn, Utilization
 
 H = 3600.0
@@ -70,28 +71,6 @@ def split_hours(alloc: pl.DataFrame, start_s: float, end_s: float) -> pl.DataFra
     ).drop("hour")
 
 
-def _keys_alloc(a: pl.DataFrame) -> pl.DataFrame:
-    """(aid, key) pairs an allocation matches a holder by: Slurm job id and JobIDRaw; pod name and UID."""
-    slurm = pl.col("source") != "kubernetes"
-    pod = pl.col("job_id")  # namespace/pod
-    return pl.concat([
-        a.filter(slurm).select("aid", ("j:" + pl.col("job_id")).alias("key")),
-        a.filter(slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("j:" + pl.col("job_id_raw")).alias("key")),
-        a.filter(~slurm).select("aid", ("p:" + pod).alias("key")),
-        a.filter(~slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("u:" + pl.col("job_id_raw")).alias("key")),
-    ]).unique()
-
-
-def _keys_holders(h: pl.DataFrame) -> pl.DataFrame:
-    cols = [*_GPU, "hour_s"]
-    return pl.concat([
-        h.filter(pl.col("job_id") != "").select(*cols, ("j:" + pl.col("job_id")).alias("key")),
-        h.filter(pl.col("k8s_pod") != "").select(
-            *cols, ("p:" + pl.col("k8s_namespace") + "/" + pl.col("k8s_pod")).alias("key")),
-        h.filter(pl.col("k8s_pod") != "").select(*cols, ("u:" + pl.col("k8s_pod")).alias("key")),
-    ]).unique()
-
-
 def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,
                     start_s: float, end_s: float) -> Mapped:
     g = gpu_hours.select(*_GPU, "hour_s", "observed_s", "held_s", "real_s", "real_held_s")
@@ -107,8 +86,9 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     basis_hosts = frozenset(ah["host"].unique().to_list()) & frozenset(g["host"].unique().to_list())
     # 1. To the GPUs the job's own processes used (in any hour of the job: a job keeps its GPUs while it runs
     # nothing on them), in proportion to their observed time, each capped by it.
-    used = _keys_alloc(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid")).join(
-        _keys_holders(holders), on="key").select("aid", *_GPU).unique()
+    used = jobkeys.alloc_keys(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid"), "aid", "job_id"
+                              ).unique().join(jobkeys.holder_keys(holders, [*_GPU, "hour_s"]), on="key"
+                                              ).select("aid", *_GPU).unique()
     used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
         g.select(*_GPU, "hour_s", "observed_s"), on=[*_GPU, "hour_s"])
     used = used.with_columns(
