@@ -378,3 +378,65 @@ def test_a_mig_slice_is_billed_at_its_share_once(tmp_path: Path) -> None:
                                                                  "mig_profile": "3g.40gb"}])
     assert billed == pytest.approx(2 * 3 / 7 / 3)
     assert r.break_even.measured_billed == pytest.approx(billed, rel=1e-6)
+
+
+def _pod_alloc(pod: str, uid: str, host: str, gpus: float, h0: float, h1: float) -> dict:
+    return {**_alloc(f"ml/{pod}", host, gpus, h0, h1), "job_id_raw": uid, "user": None, "account": None,
+            "partition": None, "namespace": "ml", "state": "Running", "source": schema.ALLOC_SOURCE_KUBERNETES}
+
+
+def _window(a: float, b: float):  # type: ignore[no-untyped-def]
+    return lambda i: a * HOUR <= i < b * HOUR
+
+
+@pytest.mark.parametrize("label", ["name", "uid"])
+def test_a_recreated_pod_gets_only_its_own_gpus(label: str) -> None:
+    """Issue 27.1: a StatefulSet pod ml/web-0 ran (uid A) on g0-g3 from 0 h to 4 h, its processes from 0 h to 2 h;
+    deleted and recreated (uid B) on g4-g7 from 6 h to 10 h, processes from 6 h to 8 h. The GPUs an allocation
+    was matched to came from its name joined to holders in every hour, so each incarnation was spread over all
+    8 GPUs (half its process hours counted allocated-with-no-process on the other incarnation's idle GPUs).
+    Matched only in the hours each allocation overlaps (and by pod UID where the series carry it, as the agent's
+    cgroup fallback does): each lands on its own 4 GPUs."""
+    n = 12 * HOUR
+    samples: list[dict] = []
+    procs: list[dict] = []
+    for k in range(8):
+        run = _window(0, 2) if k < 4 else _window(6, 8)
+        rows = gpu_rows("n1", f"g{k}", n, sm=lambda i, run=run: 0.5 if run(i) else 0.0,
+                        procs=lambda i, run=run: int(run(i)))
+        samples += rows
+        pod = ("web-0" if label == "name" else ("uid-a" if k < 4 else "uid-b"))
+        procs += proc_rows("n1", f"g{k}", ends(rows, run), pod=pod)
+    allocs = [_pod_alloc("web-0", "uid-a", "n1", 4, 0, 4), _pod_alloc("web-0", "uid-b", "n1", 4, 6, 10)]
+    roll = rollups(samples, procs, allocs)
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=12)).timestamp(), False)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert v == pytest.approx({"productive": 8.0, "held_idle": 8.0, "allocated_no_process": 16.0,
+                               "unallocated": 64.0}, abs=1e-6)
+    g = m.gpu_hours.with_columns(pl.col("gpu_uuid").str.slice(1).cast(pl.Int32).alias("k"),
+                                 ((pl.col("hour_s") - T0.timestamp()) / 3600).alias("h"))
+    wrong = g.filter(((pl.col("k") >= 4) & (pl.col("h") < 4)) | ((pl.col("k") < 4) & (pl.col("h") >= 6)))
+    assert wrong["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+    assert led.inferred_share.value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_an_unmatched_allocation_goes_to_held_unlabelled_gpus_first() -> None:
+    """Issue 27.2: on a node whose device plugin runs deviceIDStrategy=index, dcgm-exporter's series carry no
+    pod labels: the pod's 2 GPUs (g2, g3) are held (framebuffer in use, a process present) but no process row
+    names the pod. Its allocation matched no labelled process and went to the idle GPUs g0, g1, which it did
+    not hold (8 GPU-h allocated with no process, 8 too few unallocated). A process can only use a GPU allocated
+    to it: the held, unlabelled GPUs come first."""
+    n = 4 * HOUR
+    samples = (gpu_rows("n2", "g0", n) + gpu_rows("n2", "g1", n)
+               + gpu_rows("n2", "g2", n, sm=0.5, procs=1, mem_used_bytes=40_000_000_000)
+               + gpu_rows("n2", "g3", n, sm=0.5, procs=1, mem_used_bytes=40_000_000_000))
+    roll = rollups(samples, None, [_pod_alloc("train", "uid-t", "n2", 2, 0, 4)])
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=4)).timestamp(), False)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert v == pytest.approx({"productive": 4.0, "held_idle": 4.0, "allocated_no_process": 0.0,
+                               "unallocated": 8.0}, abs=1e-6)
+    idle = m.gpu_hours.filter(pl.col("gpu_uuid").is_in(["g0", "g1"]))
+    assert idle["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+    assert led.allocated_gpu_hours.value == pytest.approx(8.0)

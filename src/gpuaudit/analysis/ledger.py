@@ -12,11 +12,15 @@ scheduler's allocation mapped onto the GPU-hour (below); without allocations for
 (believed is inferred from processes, as before) and allocated_no_process is 0 there.
 
 Mapping (allocations are per job per host, the GPU indices unknown): each allocation is split into UTC hours
-(GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go first to the GPUs its own
-processes used in any hour of the job (matched by Slurm job id / JobIDRaw against the agent's cgroup
-attribution or the exporter's hpc_job label, by namespace/pod or pod UID for Kubernetes), each up to its
-observed time; what is left goes to the host's GPUs with no process in that hour, then to the other GPUs' free
-time; what still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
+(GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go, in this order:
+1. to the GPUs its own processes used in any hour the allocation overlaps (keys: analysis/jobkeys.py; Slurm job
+   id / JobIDRaw against the agent's cgroup attribution or the exporter's hpc_job label, namespace/pod or pod
+   UID for Kubernetes; where a holder carries the allocation's pod UID, only the UID's holders), each up to its
+   observed time: a recreated pod reusing its name gets only its own GPUs;
+2. to the host's GPUs held in that hour by no labelled process (memory in use, a device plugin or exporter that
+   names no pod or job): a process can only use a GPU allocated to it;
+3. to the host's GPUs with no process in that hour; 4. to the other GPUs' free time.
+What still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
 unmapped. `inferred_share` says how much of the allocated time was placed without a process to match.
 """
 
@@ -71,6 +75,17 @@ def split_hours(alloc: pl.DataFrame, start_s: float, end_s: float) -> pl.DataFra
     ).drop("hour")
 
 
+def _used_gpus(ah: pl.DataFrame, holders: pl.DataFrame) -> pl.DataFrame:
+    """(aid, GPU) pairs: the GPUs whose holders match the allocation's key in an hour the allocation overlaps,
+    on its host. Where a holder matches by pod UID in those hours, the name's other holders are not used."""
+    keys = jobkeys.alloc_keys(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid"), "aid", "job_id")
+    hits = keys.unique().join(jobkeys.holder_keys(holders, ["host", *_GPU[1:], "hour_s"]), on="key").join(
+        ah.select("aid", "host", "hour_s").unique(), on=["aid", "host", "hour_s"], how="semi")
+    by_uid = hits.filter(pl.col("key").str.starts_with(jobkeys.UID))
+    hits = pl.concat([by_uid, hits.join(by_uid.select("aid").unique(), on="aid", how="anti")])
+    return hits.select("aid", *_GPU).unique()
+
+
 def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,
                     start_s: float, end_s: float) -> Mapped:
     g = gpu_hours.select(*_GPU, "hour_s", "observed_s", "held_s", "real_s", "real_held_s")
@@ -84,12 +99,10 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     assert allocations is not None
     ah = split_hours(allocations, start_s, end_s)
     basis_hosts = frozenset(ah["host"].unique().to_list()) & frozenset(g["host"].unique().to_list())
-    # 1. To the GPUs the job's own processes used (in any hour of the job: a job keeps its GPUs while it runs
-    # nothing on them), in proportion to their observed time, each capped by it.
-    used = jobkeys.alloc_keys(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid"), "aid", "job_id"
-                              ).unique().join(jobkeys.holder_keys(holders, [*_GPU, "hour_s"]), on="key"
-                                              ).select("aid", *_GPU).unique()
-    used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
+    # 1. To the GPUs the job's own processes used in the hours the allocation overlaps (a job keeps its GPUs
+    # while it runs nothing on them; a recreated pod reusing the name is another allocation, in other hours), in
+    # proportion to their observed time, each capped by it.
+    used = _used_gpus(ah, holders).join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
         g.select(*_GPU, "hour_s", "observed_s"), on=[*_GPU, "hour_s"])
     used = used.with_columns(
         (pl.col("gpu_s") * pl.col("observed_s") / pl.col("observed_s").sum().over("aid", "hour_s"))
@@ -103,27 +116,34 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     pool = pool.with_columns((pl.col("alloc_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("rest_s"))
     g = g.join(per_gpu.select(*_GPU, "hour_s", "matched_s"), on=[*_GPU, "hour_s"], how="left").fill_null(0.0)
     g = g.with_columns((pl.col("observed_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("free_s"))
-    # 2. To GPUs with no process in the hour, then 3. to the other GPUs' free time, in proportion to it.
-    idle = pl.col("held_s") <= 0
-    caps = g.group_by(_HOUR).agg(
-        pl.col("free_s").filter(idle).sum().alias("free_idle_s"),
-        pl.col("free_s").filter(~idle).sum().alias("free_busy_s"))
-    pool = pool.join(caps, on=_HOUR, how="left").fill_null(0.0).with_columns(
-        pl.min_horizontal(pl.col("rest_s"), pl.col("free_idle_s")).alias("to_idle"))
-    pool = pool.with_columns(
-        pl.min_horizontal(pl.col("rest_s") - pl.col("to_idle"), pl.col("free_busy_s")).alias("to_busy"))
-    pool = pool.with_columns((pl.col("rest_s") - pl.col("to_idle") - pl.col("to_busy")).alias("unmapped_s"))
-    g = g.join(pool.select(*_HOUR, "to_idle", "to_busy", "free_idle_s", "free_busy_s"), on=_HOUR, how="left")
-    g = g.with_columns(pl.col("to_idle", "to_busy", "free_idle_s", "free_busy_s").fill_null(0.0))
-    share = pl.when(idle).then(pl.col("to_idle") / pl.col("free_idle_s")).otherwise(
-        pl.col("to_busy") / pl.col("free_busy_s")).fill_nan(0.0).fill_null(0.0)
-    g = g.with_columns((pl.col("matched_s") + pl.col("free_s") * share).alias("allocated_s"))
+    # 2. To GPUs held in the hour by no labelled process (a process can only use a GPU allocated to it: a device
+    # plugin or cgroup that labels no pod or job), 3. to GPUs with no process, 4. to the other GPUs' free time;
+    # within a tier in proportion to the free time.
+    labelled = holders.filter((pl.col("job_id") != "") | (pl.col("k8s_pod") != "")).select(
+        *_GPU, "hour_s").unique().cast({c: g.schema[c] for c in (*_GPU, "hour_s")}).with_columns(
+        pl.lit(True).alias("labelled"))
+    g = g.join(labelled, on=[*_GPU, "hour_s"], how="left").with_columns(pl.col("labelled").fill_null(False))
+    held = pl.col("held_s") > 0
+    g = g.with_columns(pl.when(held & ~pl.col("labelled")).then(0).when(~held).then(1).otherwise(2)
+                       .alias("tier")).drop("labelled")
+    caps = g.group_by(*_HOUR, "tier").agg(pl.col("free_s").sum().alias("cap_s"))
+    placed = []
+    for tier in range(3):
+        pool = pool.join(caps.filter(pl.col("tier") == tier).drop("tier"), on=_HOUR, how="left").with_columns(
+            pl.col("cap_s").fill_null(0.0))
+        pool = pool.with_columns(pl.min_horizontal(pl.col("rest_s"), pl.col("cap_s")).alias("to_s"))
+        placed.append(pool.select(*_HOUR, pl.lit(tier).alias("tier"), "to_s", "cap_s"))
+        pool = pool.with_columns((pl.col("rest_s") - pl.col("to_s")).alias("rest_s")).drop("to_s", "cap_s")
+    shares = pl.concat(placed).with_columns((pl.col("to_s") / pl.col("cap_s")).fill_nan(0.0).alias("share"))
+    g = g.join(shares.select(*_HOUR, "tier", "share"), on=[*_HOUR, "tier"], how="left").with_columns(
+        pl.col("share").fill_null(0.0))
+    g = g.with_columns((pl.col("matched_s") + pl.col("free_s") * pl.col("share")).alias("allocated_s"))
     # Hosts without any allocation: believed is what processes held.
     g = g.with_columns(pl.when(pl.col("host").is_in(list(basis_hosts))).then(pl.col("allocated_s"))
                        .otherwise(pl.col("held_s")).alias("allocated_s"))
-    unmapped = float(pool["unmapped_s"].sum())  # host-hours without telemetry have no free time at all
-    inferred = float(pool.select(pl.col("to_idle").sum() + pl.col("to_busy").sum()).item() or 0.0)
-    g = g.drop("matched_s", "free_s", "to_idle", "to_busy", "free_idle_s", "free_busy_s")
+    unmapped = float(pool["rest_s"].sum())  # host-hours without telemetry have no free time at all
+    inferred = float(shares["to_s"].sum())
+    g = g.drop("matched_s", "free_s", "tier", "share")
     return Mapped(_states(g), ah, unmapped, inferred, basis_hosts)
 
 
