@@ -440,3 +440,37 @@ def test_an_unmatched_allocation_goes_to_held_unlabelled_gpus_first() -> None:
     idle = m.gpu_hours.filter(pl.col("gpu_uuid").is_in(["g0", "g1"]))
     assert idle["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
     assert led.allocated_gpu_hours.value == pytest.approx(8.0)
+
+
+def _outside(tmp_path: Path, allocs: list[dict]) -> tuple:  # type: ignore[type-arg]
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    procs = [p for k in range(2) for p in proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")]
+    roll = rollups(samples, procs, allocs)
+    return ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                  (T0 + dt.timedelta(hours=8)).timestamp(), False)
+
+
+def test_held_time_outside_every_allocation_is_warned_with_its_likely_cause(tmp_path: Path) -> None:
+    """Issue 27.6: when most held GPU-hours ran outside any imported allocation, believed read below real
+    without a word (held_outside_allocation_gpu_hours only in the JSON). A warning with the share and the likely
+    cause: the allocations' window, or job ids that match none of them; in the result's warnings (report,
+    analyze, and `report`'s terminal) and first among the ledger's notes."""
+    # Job 77 held 2 GPUs for 8 h; its allocation was imported for the first hour only: the window.
+    _, m = _outside(tmp_path, [_alloc("77", "n1", 2, 0, 1)])
+    assert len(m.warnings) == 1
+    w = m.warnings[0]
+    assert w.startswith("14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside any imported")
+    assert "Likely cause: the window" in w and "2026-03-02 00:00 to 2026-03-02 01:00 UTC" in w
+    # The allocation covers the whole window but names another job: the id form (or another cluster).
+    led, m = _outside(tmp_path, [_alloc("5", "n1", 1, 0, 8)])
+    assert "match no imported allocation (e.g. 77)" in m.warnings[0]
+    assert led.notes[0] == "Warning: " + m.warnings[0]
+    # Matched: no warning.
+    led, m = _outside(tmp_path, [_alloc("77", "n1", 2, 0, 8)])
+    assert m.warnings == () and not any(n.startswith("Warning") for n in led.notes)
+    # Through the pipeline: in the result's warnings.
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    write(tmp_path / "d", samples, [p for k in range(2) for p in
+                                     proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
+    write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
+    assert any("ran outside any imported allocation" in x for x in analyze(tmp_path / "d").warnings)

@@ -27,6 +27,7 @@ unmapped. `inferred_share` says how much of the allocated time was placed withou
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,7 @@ class Mapped:
     unmapped_s: float
     inferred_s: float
     basis_hosts: frozenset[str]
+    warnings: tuple[str, ...] = ()  # for the result's warnings (terminal, report, JSON)
 
 
 def has_allocations(allocations: pl.DataFrame | None) -> bool:
@@ -216,6 +218,10 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
     if unknown:
         notes.append(f"{len(unknown)} hosts with allocations have no telemetry (e.g. {unknown[0]}): their "
                      "allocations are outside the ledger.")
+    warning = _outside_warning(g, m, holders, allocations, float(outside))
+    if warning:
+        notes.insert(0, "Warning: " + warning)
+        m = dataclasses.replace(m, warnings=(warning,))
     week = _per_week(g)
     return Ledger(
         basis=basis,
@@ -242,6 +248,47 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
         per_week=week,
         notes=tuple(notes),
     ), m
+
+
+OUTSIDE_WARN_SHARE = 0.10  # held time outside any allocation, as a share of held time, that is warned about
+
+
+def _outside_warning(g: pl.DataFrame, m: Mapped, holders: pl.DataFrame, allocations: pl.DataFrame | None,
+                     outside_s: float) -> str | None:
+    """A warning when much of the held time on hosts with allocations ran outside any of them, with the
+    likely cause: the allocations' window, or job ids that match none of them (another cluster, another form)."""
+    if allocations is None or not m.basis_hosts:
+        return None
+    basis = g.filter(pl.col("host").is_in(list(m.basis_hosts)))
+    held_s = float(basis["active_s"].sum())
+    if held_s <= 0 or outside_s < OUTSIDE_WARN_SHARE * held_s:
+        return None
+    a0, a1 = float(allocations["start_s"].min()), float(allocations["end_s"].max())  # type: ignore[arg-type]
+    beyond = basis.filter((pl.col("hour_s") + H <= a0) | (pl.col("hour_s") >= a1)).select(
+        (pl.col("active_s") - pl.col("allocated_s")).clip(lower_bound=0.0).sum()).item() or 0.0
+    lead = (f"{outside_s / H:,.1f} of {held_s / H:,.1f} held GPU-hours ({outside_s / held_s:.0%}) on hosts with "
+            "allocations ran outside any imported allocation, so believed (allocated) utilization reads low. ")
+    if beyond >= 0.5 * outside_s:
+        def day(t: float) -> str:
+            return f"{dt.datetime.fromtimestamp(t, dt.UTC):%Y-%m-%d %H:%M}"
+
+        return (lead + f"Likely cause: the window. The allocations cover {day(a0)} to {day(a1)} UTC and "
+                f"{beyond / outside_s:.0%} of that time lies outside it: import the allocations for the telemetry's "
+                "whole window (sacct -S/-E, import kubernetes --start/--end).")
+    keys = jobkeys.alloc_keys(allocations.with_row_index("aid"), "aid", "job_id").select("key").unique()
+    labelled = holders.filter((pl.col("job_id") != "") | (pl.col("k8s_pod") != ""))
+    who = ["job_id", "k8s_namespace", "k8s_pod"]
+    hk = jobkeys.holder_keys(labelled, who)
+    unmatched = hk.select(who).unique().join(hk.join(keys, on="key", how="semi").select(who).unique(), on=who,
+                                            how="anti").sort(who)
+    if unmatched.height:
+        r = unmatched.row(0, named=True)
+        example = r["job_id"] or f"{r['k8s_namespace']}/{r['k8s_pod']}"
+        return (lead + f"Likely cause: {unmatched.height:,} of the processes' job ids match no imported allocation "
+                f"(e.g. {example}): allocations of another cluster, or another job-id form (Slurm JobIDRaw vs an "
+                "array task's JobID, namespace/pod vs pod UID).")
+    return (lead + "Likely cause: processes used more GPUs or hours than their jobs were allocated, or ran with no "
+            "job id (outside the scheduler).")
 
 
 def _per_week(g: pl.DataFrame) -> Table:
