@@ -474,3 +474,18 @@ def test_held_time_outside_every_allocation_is_warned_with_its_likely_cause(tmp_
                                      proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
     write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
     assert any("ran outside any imported allocation" in x for x in analyze(tmp_path / "d").warnings)
+
+
+def test_outside_allocation_warning_reaches_the_report_and_the_terminal(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27.6: the warning is in report.md and on `report`'s stderr, not only in the JSON."""
+    from gpuaudit.flows import report_dataset
+
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    write(tmp_path / "d", samples, [p for k in range(2) for p in
+                                     proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
+    write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
+    report_dataset(tmp_path / "d", tmp_path / "out", formats="md", quiet=True)
+    err = capsys.readouterr().err
+    assert "warning: 14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside" in err
+    assert "ran outside any imported allocation" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
