@@ -3,7 +3,10 @@
 The series have kube-state-metrics' names and labels (docs/metrics/workload/pod-metrics.md):
 kube_pod_container_resource_requests{namespace, pod, uid, container, node, resource, unit} with the resource
 sanitized (`nvidia.com/gpu` -> nvidia_com_gpu, `nvidia.com/mig-3g.40gb` -> nvidia_com_mig_3g_40gb), and
-kube_pod_status_phase{namespace, pod, uid, phase} = 1 for the current phase, 0 for the others."""
+kube_pod_status_phase{namespace, pod, uid, phase} = 1 for the current phase, 0 for the others, and
+kube_pod_init_container_resource_requests with the same labels for the init containers (internal/store/pod.go:
+createPodInitContainerResourceRequestsFamilyGenerator; extended resources such as nvidia.com/gpu in unit
+`integer`)."""
 
 from __future__ import annotations
 
@@ -39,7 +42,17 @@ PODS = [  # (namespace, pod, uid, node, [(container, resource, value)], [instanc
     ("research", "notebook", "uid-b", "gpu-node-2", [("jupyter", "nvidia_com_mig_3g_40gb", 1)],
      ["ksm-0", "ksm-1"], 0),  # two kube-state-metrics replicas report the same series
     ("web", "api", "uid-c", "cpu-node-1", [("app", "cpu", 2)], ["ksm-0"], 0),
+    # Init containers: the scheduler reserves max(largest init container, sum of the app containers).
+    ("ml", "warmup", "uid-d", "gpu-node-3", [("main", "nvidia_com_gpu", 1), ("eval", "nvidia_com_gpu", 1)],
+     ["ksm-0"], 0),
+    ("ml", "fetch", "uid-e", "gpu-node-3", [("main", "nvidia_com_gpu", 2)], ["ksm-0"], 0),
+    ("ml", "convert", "uid-f", "gpu-node-4", [("main", "cpu", 1)], ["ksm-0"], 0),
 ]
+# Init containers per pod: warmup's (4 GPUs) is larger than its app containers' sum (2), fetch's (1) smaller
+# than its app container's (2); convert's app containers request no GPU, its init container 1.
+INIT = {"warmup": [("compile", "nvidia_com_gpu", 4), ("sync", "nvidia_com_gpu", 1)],
+        "fetch": [("download", "nvidia_com_gpu", 1)], "convert": [("convert", "nvidia_com_gpu", 1)]}
+INIT_GPUS = {"ml/warmup": 4, "ml/fetch": 2, "ml/convert": 1}
 
 
 def _openmetrics(path: Path) -> None:
@@ -54,6 +67,14 @@ def _openmetrics(path: Path) -> None:
                     labels = (f'namespace="{ns}",pod="{pod}",uid="{uid}",container="{container}",node="{node}",'
                               f'resource="{resource}",unit="{unit}",instance="{inst}"')
                     out.writelines(f"kube_pod_container_resource_requests{{{labels}}} {value} {base + t}\n"
+                                   for t in times if t >= first)
+        out.write("# TYPE kube_pod_init_container_resource_requests gauge\n")
+        for ns, pod, uid, node, _c, instances, first in PODS:
+            for inst in instances:
+                for container, resource, value in INIT.get(pod, []):
+                    labels = (f'namespace="{ns}",pod="{pod}",uid="{uid}",container="{container}",node="{node}",'
+                              f'resource="{resource}",unit="integer",instance="{inst}"')
+                    out.writelines(f"kube_pod_init_container_resource_requests{{{labels}}} {value} {base + t}\n"
                                    for t in times if t >= first)
         out.write("# TYPE kube_pod_status_phase gauge\n")
         for ns, pod, uid, _node, _c, instances, first in PODS:
@@ -98,7 +119,7 @@ def test_running_pods_gpu_requests_become_allocations(prom: PromServer, tmp_path
     notebook's MIG slice 3g.40gb all day = 24 x 3/7, once although two replicas report it; a CPU-only pod none."""
     root = tmp_path / "d"
     s = import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
-    assert s.jobs == 2
+    assert s.jobs == 2 + len(INIT_GPUS)
     rows = _rows(root)
     train = [r for r in rows if r[0] == "ml/train-0"]
     assert len(train) == 1
@@ -107,9 +128,24 @@ def test_running_pods_gpu_requests_become_allocations(prom: PromServer, tmp_path
     nb = [r for r in rows if r[0] == "research/notebook"]
     assert nb[0][5] == "3g.40gb" and nb[0][4] == pytest.approx(3 / 7)
     hours = _gpu_hours(root)
-    assert hours.keys() == {"ml/train-0", "research/notebook"}
+    assert hours.keys() == {"ml/train-0", "research/notebook", *INIT_GPUS}
     assert hours["ml/train-0"] == pytest.approx(8.0)
     assert hours["research/notebook"] == pytest.approx(24 * 3 / 7)
+
+
+def test_init_containers_reserve_the_larger_of_the_largest_and_the_app_sum(prom: PromServer,
+                                                                            tmp_path: Path) -> None:
+    """Issue 27.3: init containers' requests are exported in their own metric; the importer read only the app
+    containers', so a pod whose init container asks for more GPUs than its app containers (or whose app
+    containers ask for none) was under-counted or missing. The pod's GPUs are, per resource, the larger of the
+    largest init container's request and the sum of the app containers' (the scheduler's effective request)."""
+    root = tmp_path / "d"
+    import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
+    rows = {r[0]: r for r in _rows(root)}
+    for job, gpus in INIT_GPUS.items():
+        assert rows[job][4] == pytest.approx(gpus), job
+    hours = _gpu_hours(root)
+    assert {j: hours[j] for j in INIT_GPUS} == pytest.approx({j: 24 * g for j, g in INIT_GPUS.items()})
 
 
 def test_overlapping_imports_replace_their_window(prom: PromServer, tmp_path: Path) -> None:
@@ -118,7 +154,7 @@ def test_overlapping_imports_replace_their_window(prom: PromServer, tmp_path: Pa
     import_kubernetes(root, conn, START, START + timedelta(days=1), 60)
     first = _gpu_hours(root)
     again = import_kubernetes(root, conn, START + timedelta(hours=4), START + timedelta(hours=12), 300)
-    assert again.replaced == 2
+    assert again.replaced == 2 + len(INIT_GPUS)
     hours = _gpu_hours(root)
     assert hours == pytest.approx(first)
 
@@ -127,6 +163,6 @@ def test_cli_import_kubernetes(prom: PromServer, tmp_path: Path) -> None:
     r = run_cli("import", "kubernetes", "--url", prom.url, "--start", START.isoformat(),
                 "--end", (START + timedelta(days=1)).isoformat(), "--data", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert "imported 2 allocation rows (2 pods" in r.stdout
+    assert f"imported {2 + len(INIT_GPUS)} allocation rows ({2 + len(INIT_GPUS)} pods" in r.stdout
     r = run_cli("import", "kubernetes", "--url", "ftp://x", "--data", str(tmp_path))
     assert "bad --url" in one_error_line(r)

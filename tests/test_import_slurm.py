@@ -171,6 +171,25 @@ def test_cli_import_is_exact_and_idempotent(tmp_path: Path) -> None:
         assert ds.fetchall("SELECT DISTINCT state FROM allocations WHERE job_id = '1002'") == [("COMPLETED",)]
 
 
+def test_cli_reimport_in_the_right_zone_replaces_rows_by_job_identity(tmp_path: Path) -> None:
+    """Issue 27.5: the same sacct file imported first in the wrong zone (UTC), then with --tz Europe/Berlin (the
+    obvious fix) left 20 rows for 7 jobs and doubled the GPU-hours, silently: rows were matched on their start
+    time, which the zone moved. They are matched on the scheduler's identity (job id, host, MIG profile) and
+    replaced, and the CLI says how many."""
+    base = ("import", "slurm", "--sacct-file", str(FIXTURE), "--now", "2026-01-05T16:00:00Z", "--data", str(tmp_path))
+    r = run_cli(*base, "--tz", "UTC")
+    assert r.returncode == 0, r.stderr
+    r = run_cli(*base, "--tz", "Europe/Berlin")
+    assert r.returncode == 0, r.stderr
+    assert "replaced 10 rows of earlier imports" in r.stdout
+    n, h = _allocated(tmp_path)
+    # Berlin is UTC+1 in January: every start is an hour earlier; the running 1002 runs to --now, 1 h longer.
+    assert n == 10 and h == pytest.approx(sum(EXPECTED_GPU_H.values()) + 16 * 1, abs=1e-9)
+    with open_dataset(tmp_path) as ds:
+        starts = ds.fetchall("SELECT DISTINCT start_ts FROM allocations WHERE job_id = '1001'")
+    assert starts == [(datetime(2026, 1, 5, 8, 0, tzinfo=UTC),)]
+
+
 def test_cli_runs_sacct_itself_with_offsets_in_its_times(tmp_path: Path) -> None:
     """Without --sacct-file gpuaudit runs sacct with every user, the fields it needs and the window, and asks
     for times with their offset (SLURM_TIME_FORMAT), so --tz does not matter then."""

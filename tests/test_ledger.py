@@ -378,3 +378,114 @@ def test_a_mig_slice_is_billed_at_its_share_once(tmp_path: Path) -> None:
                                                                  "mig_profile": "3g.40gb"}])
     assert billed == pytest.approx(2 * 3 / 7 / 3)
     assert r.break_even.measured_billed == pytest.approx(billed, rel=1e-6)
+
+
+def _pod_alloc(pod: str, uid: str, host: str, gpus: float, h0: float, h1: float) -> dict:
+    return {**_alloc(f"ml/{pod}", host, gpus, h0, h1), "job_id_raw": uid, "user": None, "account": None,
+            "partition": None, "namespace": "ml", "state": "Running", "source": schema.ALLOC_SOURCE_KUBERNETES}
+
+
+def _window(a: float, b: float):  # type: ignore[no-untyped-def]
+    return lambda i: a * HOUR <= i < b * HOUR
+
+
+@pytest.mark.parametrize("label", ["name", "uid"])
+def test_a_recreated_pod_gets_only_its_own_gpus(label: str) -> None:
+    """Issue 27.1: a StatefulSet pod ml/web-0 ran (uid A) on g0-g3 from 0 h to 4 h, its processes from 0 h to 2 h;
+    deleted and recreated (uid B) on g4-g7 from 6 h to 10 h, processes from 6 h to 8 h. The GPUs an allocation
+    was matched to came from its name joined to holders in every hour, so each incarnation was spread over all
+    8 GPUs (half its process hours counted allocated-with-no-process on the other incarnation's idle GPUs).
+    Matched only in the hours each allocation overlaps (and by pod UID where the series carry it, as the agent's
+    cgroup fallback does): each lands on its own 4 GPUs."""
+    n = 12 * HOUR
+    samples: list[dict] = []
+    procs: list[dict] = []
+    for k in range(8):
+        run = _window(0, 2) if k < 4 else _window(6, 8)
+        rows = gpu_rows("n1", f"g{k}", n, sm=lambda i, run=run: 0.5 if run(i) else 0.0,
+                        procs=lambda i, run=run: int(run(i)))
+        samples += rows
+        pod = ("web-0" if label == "name" else ("uid-a" if k < 4 else "uid-b"))
+        procs += proc_rows("n1", f"g{k}", ends(rows, run), pod=pod)
+    allocs = [_pod_alloc("web-0", "uid-a", "n1", 4, 0, 4), _pod_alloc("web-0", "uid-b", "n1", 4, 6, 10)]
+    roll = rollups(samples, procs, allocs)
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=12)).timestamp(), False)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert v == pytest.approx({"productive": 8.0, "held_idle": 8.0, "allocated_no_process": 16.0,
+                               "unallocated": 64.0}, abs=1e-6)
+    g = m.gpu_hours.with_columns(pl.col("gpu_uuid").str.slice(1).cast(pl.Int32).alias("k"),
+                                 ((pl.col("hour_s") - T0.timestamp()) / 3600).alias("h"))
+    wrong = g.filter(((pl.col("k") >= 4) & (pl.col("h") < 4)) | ((pl.col("k") < 4) & (pl.col("h") >= 6)))
+    assert wrong["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+    assert led.inferred_share.value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_an_unmatched_allocation_goes_to_held_unlabelled_gpus_first() -> None:
+    """Issue 27.2: on a node whose device plugin runs deviceIDStrategy=index, dcgm-exporter's series carry no
+    pod labels: the pod's 2 GPUs (g2, g3) are held (framebuffer in use, a process present) but no process row
+    names the pod. Its allocation matched no labelled process and went to the idle GPUs g0, g1, which it did
+    not hold (8 GPU-h allocated with no process, 8 too few unallocated). A process can only use a GPU allocated
+    to it: the held, unlabelled GPUs come first."""
+    n = 4 * HOUR
+    samples = (gpu_rows("n2", "g0", n) + gpu_rows("n2", "g1", n)
+               + gpu_rows("n2", "g2", n, sm=0.5, procs=1, mem_used_bytes=40_000_000_000)
+               + gpu_rows("n2", "g3", n, sm=0.5, procs=1, mem_used_bytes=40_000_000_000))
+    roll = rollups(samples, None, [_pod_alloc("train", "uid-t", "n2", 2, 0, 4)])
+    led, m = ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                    (T0 + dt.timedelta(hours=4)).timestamp(), False)
+    v = {s: getattr(led, s).value for s in STATES}
+    assert v == pytest.approx({"productive": 4.0, "held_idle": 4.0, "allocated_no_process": 0.0,
+                               "unallocated": 8.0}, abs=1e-6)
+    idle = m.gpu_hours.filter(pl.col("gpu_uuid").is_in(["g0", "g1"]))
+    assert idle["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+    assert led.allocated_gpu_hours.value == pytest.approx(8.0)
+
+
+def _outside(tmp_path: Path, allocs: list[dict]) -> tuple:  # type: ignore[type-arg]
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    procs = [p for k in range(2) for p in proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")]
+    roll = rollups(samples, procs, allocs)
+    return ledger(roll.gpu_hours, roll.holders, roll.allocations, T0.timestamp(),
+                  (T0 + dt.timedelta(hours=8)).timestamp(), False)
+
+
+def test_held_time_outside_every_allocation_is_warned_with_its_likely_cause(tmp_path: Path) -> None:
+    """Issue 27.6: when most held GPU-hours ran outside any imported allocation, believed read below real
+    without a word (held_outside_allocation_gpu_hours only in the JSON). A warning with the share and the likely
+    cause: the allocations' window, or job ids that match none of them; in the result's warnings (report,
+    analyze, and `report`'s terminal) and first among the ledger's notes."""
+    # Job 77 held 2 GPUs for 8 h; its allocation was imported for the first hour only: the window.
+    _, m = _outside(tmp_path, [_alloc("77", "n1", 2, 0, 1)])
+    assert len(m.warnings) == 1
+    w = m.warnings[0]
+    assert w.startswith("14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside any imported")
+    assert "Likely cause: the window" in w and "2026-03-02 00:00 to 2026-03-02 01:00 UTC" in w
+    # The allocation covers the whole window but names another job: the id form (or another cluster).
+    led, m = _outside(tmp_path, [_alloc("5", "n1", 1, 0, 8)])
+    assert "match no imported allocation (e.g. 77)" in m.warnings[0]
+    assert led.notes[0] == "Warning: " + m.warnings[0]
+    # Matched: no warning.
+    led, m = _outside(tmp_path, [_alloc("77", "n1", 2, 0, 8)])
+    assert m.warnings == () and not any(n.startswith("Warning") for n in led.notes)
+    # Through the pipeline: in the result's warnings.
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    write(tmp_path / "d", samples, [p for k in range(2) for p in
+                                     proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
+    write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
+    assert any("ran outside any imported allocation" in x for x in analyze(tmp_path / "d").warnings)
+
+
+def test_outside_allocation_warning_reaches_the_report_and_the_terminal(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27.6: the warning is in report.md and on `report`'s stderr, not only in the JSON."""
+    from gpuaudit.flows import report_dataset
+
+    samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
+    write(tmp_path / "d", samples, [p for k in range(2) for p in
+                                     proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
+    write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
+    report_dataset(tmp_path / "d", tmp_path / "out", formats="md", quiet=True)
+    err = capsys.readouterr().err
+    assert "warning: 14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside" in err
+    assert "ran outside any imported allocation" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")

@@ -83,6 +83,8 @@ def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json"
             print(printable(str(path)))
     else:
         print_summary(result, written)
+    for warning in result.warnings:  # on stderr too: a warning must not live only in the files
+        _say(f"warning: {printable(warning)}")
     return written
 
 

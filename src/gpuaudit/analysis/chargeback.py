@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from gpuaudit.analysis import jobkeys
 from gpuaudit.analysis.result import Chargeback, Table, TableColumn
 
 H = 3600.0
@@ -49,34 +50,17 @@ def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.
                    pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
 
 
-def _alloc_keys(jobs: pl.DataFrame) -> pl.DataFrame:
-    slurm = pl.col("source") != "kubernetes"
-    raw = pl.col("job_id_raw").is_not_null()
-    return pl.concat([
-        jobs.filter(slurm).select("jkey", ("j:" + pl.col("job")).alias("key")),
-        jobs.filter(slurm & raw).select("jkey", ("j:" + pl.col("job_id_raw")).alias("key")),
-        jobs.filter(~slurm).select("jkey", ("p:" + pl.col("job")).alias("key")),
-        jobs.filter(~slurm & raw).select("jkey", ("u:" + pl.col("job_id_raw")).alias("key")),
-    ]).unique("key", keep="first", maintain_order=True)
-
-
-def _holder_key() -> pl.Expr:
-    return (pl.when(pl.col("job_id") != "").then("j:" + pl.col("job_id"))
-            .when(pl.col("k8s_pod") != "").then("p:" + pl.col("k8s_namespace") + "/" + pl.col("k8s_pod"))
-            .otherwise(pl.lit(None)))
-
-
 def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float
               ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per job: group keys and allocated/held/real/idle-held seconds; per job per hour: held/real seconds)."""
     jobs = _alloc_jobs(alloc, start_s, end_s)
-    keys = _alloc_keys(jobs)
+    keys = jobkeys.alloc_keys(jobs, "jkey", "job").unique("key", keep="first", maintain_order=True)
     # Rows in a fixed order and groups summed in it: the same dataset read from another copy (S3, a collection
     # target) lists its files in another order, and float sums must not differ in their last bits.
-    hh = holder_hours.sort(holder_hours.columns, nulls_last=True).with_columns(_holder_key().alias("key"))
+    hh = holder_hours.sort(holder_hours.columns, nulls_last=True).with_columns(jobkeys.holder_key().alias("key"))
     # A pod seen by UID only: match the UID too.
     uid = hh.filter(pl.col("key").is_null() & (pl.col("k8s_pod") != "")).with_columns(
-        ("u:" + pl.col("k8s_pod")).alias("key"))
+        jobkeys.uid_key().alias("key"))
     hh = pl.concat([hh.filter(~(pl.col("key").is_null() & (pl.col("k8s_pod") != ""))), uid])
     hh = hh.join(keys, on="key", how="left")
     pod_key = pl.when(pl.col("k8s_pod") != "").then(pl.col("k8s_namespace") + "/" + pl.col("k8s_pod"))

@@ -12,22 +12,28 @@ scheduler's allocation mapped onto the GPU-hour (below); without allocations for
 (believed is inferred from processes, as before) and allocated_no_process is 0 there.
 
 Mapping (allocations are per job per host, the GPU indices unknown): each allocation is split into UTC hours
-(GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go first to the GPUs its own
-processes used in any hour of the job (matched by Slurm job id / JobIDRaw against the agent's cgroup
-attribution or the exporter's hpc_job label, by namespace/pod or pod UID for Kubernetes), each up to its
-observed time; what is left goes to the host's GPUs with no process in that hour, then to the other GPUs' free
-time; what still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
+(GPU-seconds = gpus × seconds of overlap). In each host-hour, a job's GPU-seconds go, in this order:
+1. to the GPUs its own processes used in any hour the allocation overlaps (keys: analysis/jobkeys.py; Slurm job
+   id / JobIDRaw against the agent's cgroup attribution or the exporter's hpc_job label, namespace/pod or pod
+   UID for Kubernetes; where a holder carries the allocation's pod UID, only the UID's holders), each up to its
+   observed time: a recreated pod reusing its name gets only its own GPUs;
+2. to the host's GPUs held in that hour by no labelled process (memory in use, a device plugin or exporter that
+   names no pod or job): a process can only use a GPU allocated to it;
+3. to the host's GPUs with no process in that hour; 4. to the other GPUs' free time.
+What still does not fit (a host without telemetry, more GPUs allocated than seen) is reported as
 unmapped. `inferred_share` says how much of the allocated time was placed without a process to match.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from gpuaudit.analysis import jobkeys
 from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn, Utilization
 
 H = 3600.0
@@ -46,6 +52,7 @@ class Mapped:
     unmapped_s: float
     inferred_s: float
     basis_hosts: frozenset[str]
+    warnings: tuple[str, ...] = ()  # for the result's warnings (terminal, report, JSON)
 
 
 def has_allocations(allocations: pl.DataFrame | None) -> bool:
@@ -70,26 +77,15 @@ def split_hours(alloc: pl.DataFrame, start_s: float, end_s: float) -> pl.DataFra
     ).drop("hour")
 
 
-def _keys_alloc(a: pl.DataFrame) -> pl.DataFrame:
-    """(aid, key) pairs an allocation matches a holder by: Slurm job id and JobIDRaw; pod name and UID."""
-    slurm = pl.col("source") != "kubernetes"
-    pod = pl.col("job_id")  # namespace/pod
-    return pl.concat([
-        a.filter(slurm).select("aid", ("j:" + pl.col("job_id")).alias("key")),
-        a.filter(slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("j:" + pl.col("job_id_raw")).alias("key")),
-        a.filter(~slurm).select("aid", ("p:" + pod).alias("key")),
-        a.filter(~slurm & pl.col("job_id_raw").is_not_null()).select("aid", ("u:" + pl.col("job_id_raw")).alias("key")),
-    ]).unique()
-
-
-def _keys_holders(h: pl.DataFrame) -> pl.DataFrame:
-    cols = [*_GPU, "hour_s"]
-    return pl.concat([
-        h.filter(pl.col("job_id") != "").select(*cols, ("j:" + pl.col("job_id")).alias("key")),
-        h.filter(pl.col("k8s_pod") != "").select(
-            *cols, ("p:" + pl.col("k8s_namespace") + "/" + pl.col("k8s_pod")).alias("key")),
-        h.filter(pl.col("k8s_pod") != "").select(*cols, ("u:" + pl.col("k8s_pod")).alias("key")),
-    ]).unique()
+def _used_gpus(ah: pl.DataFrame, holders: pl.DataFrame) -> pl.DataFrame:
+    """(aid, GPU) pairs: the GPUs whose holders match the allocation's key in an hour the allocation overlaps,
+    on its host. Where a holder matches by pod UID in those hours, the name's other holders are not used."""
+    keys = jobkeys.alloc_keys(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid"), "aid", "job_id")
+    hits = keys.unique().join(jobkeys.holder_keys(holders, ["host", *_GPU[1:], "hour_s"]), on="key").join(
+        ah.select("aid", "host", "hour_s").unique(), on=["aid", "host", "hour_s"], how="semi")
+    by_uid = hits.filter(pl.col("key").str.starts_with(jobkeys.UID))
+    hits = pl.concat([by_uid, hits.join(by_uid.select("aid").unique(), on="aid", how="anti")])
+    return hits.select("aid", *_GPU).unique()
 
 
 def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,
@@ -105,11 +101,10 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     assert allocations is not None
     ah = split_hours(allocations, start_s, end_s)
     basis_hosts = frozenset(ah["host"].unique().to_list()) & frozenset(g["host"].unique().to_list())
-    # 1. To the GPUs the job's own processes used (in any hour of the job: a job keeps its GPUs while it runs
-    # nothing on them), in proportion to their observed time, each capped by it.
-    used = _keys_alloc(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid")).join(
-        _keys_holders(holders), on="key").select("aid", *_GPU).unique()
-    used = used.join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
+    # 1. To the GPUs the job's own processes used in the hours the allocation overlaps (a job keeps its GPUs
+    # while it runs nothing on them; a recreated pod reusing the name is another allocation, in other hours), in
+    # proportion to their observed time, each capped by it.
+    used = _used_gpus(ah, holders).join(ah.select("aid", "host", "hour_s", "gpu_s"), on=["aid", "host"]).join(
         g.select(*_GPU, "hour_s", "observed_s"), on=[*_GPU, "hour_s"])
     used = used.with_columns(
         (pl.col("gpu_s") * pl.col("observed_s") / pl.col("observed_s").sum().over("aid", "hour_s"))
@@ -123,27 +118,34 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     pool = pool.with_columns((pl.col("alloc_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("rest_s"))
     g = g.join(per_gpu.select(*_GPU, "hour_s", "matched_s"), on=[*_GPU, "hour_s"], how="left").fill_null(0.0)
     g = g.with_columns((pl.col("observed_s") - pl.col("matched_s")).clip(lower_bound=0.0).alias("free_s"))
-    # 2. To GPUs with no process in the hour, then 3. to the other GPUs' free time, in proportion to it.
-    idle = pl.col("held_s") <= 0
-    caps = g.group_by(_HOUR).agg(
-        pl.col("free_s").filter(idle).sum().alias("free_idle_s"),
-        pl.col("free_s").filter(~idle).sum().alias("free_busy_s"))
-    pool = pool.join(caps, on=_HOUR, how="left").fill_null(0.0).with_columns(
-        pl.min_horizontal(pl.col("rest_s"), pl.col("free_idle_s")).alias("to_idle"))
-    pool = pool.with_columns(
-        pl.min_horizontal(pl.col("rest_s") - pl.col("to_idle"), pl.col("free_busy_s")).alias("to_busy"))
-    pool = pool.with_columns((pl.col("rest_s") - pl.col("to_idle") - pl.col("to_busy")).alias("unmapped_s"))
-    g = g.join(pool.select(*_HOUR, "to_idle", "to_busy", "free_idle_s", "free_busy_s"), on=_HOUR, how="left")
-    g = g.with_columns(pl.col("to_idle", "to_busy", "free_idle_s", "free_busy_s").fill_null(0.0))
-    share = pl.when(idle).then(pl.col("to_idle") / pl.col("free_idle_s")).otherwise(
-        pl.col("to_busy") / pl.col("free_busy_s")).fill_nan(0.0).fill_null(0.0)
-    g = g.with_columns((pl.col("matched_s") + pl.col("free_s") * share).alias("allocated_s"))
+    # 2. To GPUs held in the hour by no labelled process (a process can only use a GPU allocated to it: a device
+    # plugin or cgroup that labels no pod or job), 3. to GPUs with no process, 4. to the other GPUs' free time;
+    # within a tier in proportion to the free time.
+    labelled = holders.filter((pl.col("job_id") != "") | (pl.col("k8s_pod") != "")).select(
+        *_GPU, "hour_s").unique().cast({c: g.schema[c] for c in (*_GPU, "hour_s")}).with_columns(
+        pl.lit(True).alias("labelled"))
+    g = g.join(labelled, on=[*_GPU, "hour_s"], how="left").with_columns(pl.col("labelled").fill_null(False))
+    held = pl.col("held_s") > 0
+    g = g.with_columns(pl.when(held & ~pl.col("labelled")).then(0).when(~held).then(1).otherwise(2)
+                       .alias("tier")).drop("labelled")
+    caps = g.group_by(*_HOUR, "tier").agg(pl.col("free_s").sum().alias("cap_s"))
+    placed = []
+    for tier in range(3):
+        pool = pool.join(caps.filter(pl.col("tier") == tier).drop("tier"), on=_HOUR, how="left").with_columns(
+            pl.col("cap_s").fill_null(0.0))
+        pool = pool.with_columns(pl.min_horizontal(pl.col("rest_s"), pl.col("cap_s")).alias("to_s"))
+        placed.append(pool.select(*_HOUR, pl.lit(tier).alias("tier"), "to_s", "cap_s"))
+        pool = pool.with_columns((pl.col("rest_s") - pl.col("to_s")).alias("rest_s")).drop("to_s", "cap_s")
+    shares = pl.concat(placed).with_columns((pl.col("to_s") / pl.col("cap_s")).fill_nan(0.0).alias("share"))
+    g = g.join(shares.select(*_HOUR, "tier", "share"), on=[*_HOUR, "tier"], how="left").with_columns(
+        pl.col("share").fill_null(0.0))
+    g = g.with_columns((pl.col("matched_s") + pl.col("free_s") * pl.col("share")).alias("allocated_s"))
     # Hosts without any allocation: believed is what processes held.
     g = g.with_columns(pl.when(pl.col("host").is_in(list(basis_hosts))).then(pl.col("allocated_s"))
                        .otherwise(pl.col("held_s")).alias("allocated_s"))
-    unmapped = float(pool["unmapped_s"].sum())  # host-hours without telemetry have no free time at all
-    inferred = float(pool.select(pl.col("to_idle").sum() + pl.col("to_busy").sum()).item() or 0.0)
-    g = g.drop("matched_s", "free_s", "to_idle", "to_busy", "free_idle_s", "free_busy_s")
+    unmapped = float(pool["rest_s"].sum())  # host-hours without telemetry have no free time at all
+    inferred = float(shares["to_s"].sum())
+    g = g.drop("matched_s", "free_s", "tier", "share")
     return Mapped(_states(g), ah, unmapped, inferred, basis_hosts)
 
 
@@ -216,6 +218,10 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
     if unknown:
         notes.append(f"{len(unknown)} hosts with allocations have no telemetry (e.g. {unknown[0]}): their "
                      "allocations are outside the ledger.")
+    warning = _outside_warning(g, m, holders, allocations, float(outside))
+    if warning:
+        notes.insert(0, "Warning: " + warning)
+        m = dataclasses.replace(m, warnings=(warning,))
     week = _per_week(g)
     return Ledger(
         basis=basis,
@@ -242,6 +248,47 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
         per_week=week,
         notes=tuple(notes),
     ), m
+
+
+OUTSIDE_WARN_SHARE = 0.10  # held time outside any allocation, as a share of held time, that is warned about
+
+
+def _outside_warning(g: pl.DataFrame, m: Mapped, holders: pl.DataFrame, allocations: pl.DataFrame | None,
+                     outside_s: float) -> str | None:
+    """A warning when much of the held time on hosts with allocations ran outside any of them, with the
+    likely cause: the allocations' window, or job ids that match none of them (another cluster, another form)."""
+    if allocations is None or not m.basis_hosts:
+        return None
+    basis = g.filter(pl.col("host").is_in(list(m.basis_hosts)))
+    held_s = float(basis["active_s"].sum())
+    if held_s <= 0 or outside_s < OUTSIDE_WARN_SHARE * held_s:
+        return None
+    a0, a1 = float(allocations["start_s"].min()), float(allocations["end_s"].max())  # type: ignore[arg-type]
+    beyond = basis.filter((pl.col("hour_s") + H <= a0) | (pl.col("hour_s") >= a1)).select(
+        (pl.col("active_s") - pl.col("allocated_s")).clip(lower_bound=0.0).sum()).item() or 0.0
+    lead = (f"{outside_s / H:,.1f} of {held_s / H:,.1f} held GPU-hours ({outside_s / held_s:.0%}) on hosts with "
+            "allocations ran outside any imported allocation, so believed (allocated) utilization reads low. ")
+    if beyond >= 0.5 * outside_s:
+        def day(t: float) -> str:
+            return f"{dt.datetime.fromtimestamp(t, dt.UTC):%Y-%m-%d %H:%M}"
+
+        return (lead + f"Likely cause: the window. The allocations cover {day(a0)} to {day(a1)} UTC and "
+                f"{beyond / outside_s:.0%} of that time lies outside it: import the allocations for the telemetry's "
+                "whole window (sacct -S/-E, import kubernetes --start/--end).")
+    keys = jobkeys.alloc_keys(allocations.with_row_index("aid"), "aid", "job_id").select("key").unique()
+    labelled = holders.filter((pl.col("job_id") != "") | (pl.col("k8s_pod") != ""))
+    who = ["job_id", "k8s_namespace", "k8s_pod"]
+    hk = jobkeys.holder_keys(labelled, who)
+    unmatched = hk.select(who).unique().join(hk.join(keys, on="key", how="semi").select(who).unique(), on=who,
+                                            how="anti").sort(who)
+    if unmatched.height:
+        r = unmatched.row(0, named=True)
+        example = r["job_id"] or f"{r['k8s_namespace']}/{r['k8s_pod']}"
+        return (lead + f"Likely cause: {unmatched.height:,} of the processes' job ids match no imported allocation "
+                f"(e.g. {example}): allocations of another cluster, or another job-id form (Slurm JobIDRaw vs an "
+                "array task's JobID, namespace/pod vs pod UID).")
+    return (lead + "Likely cause: processes used more GPUs or hours than their jobs were allocated, or ran with no "
+            "job id (outside the scheduler).")
 
 
 def _per_week(g: pl.DataFrame) -> Table:

@@ -90,6 +90,7 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
     el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
+    dq = dataclasses.replace(dq, warnings=dq.warnings + mapped.warnings)
 
     idle_w, held_w = ut.power_by_load(roll)
     measured = Measured(

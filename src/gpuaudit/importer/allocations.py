@@ -3,8 +3,11 @@
 Each source owns one file per partition, `<source>.parquet` (gpu_allocations/host=<h>/date=<start date>/): an
 import merges its rows with that file's and rewrites it through the store's writer (atomic replace), so
 importing the same sacct output twice, or a longer window that overlaps an earlier one, never counts a job twice:
-- by key: a row replaces the earlier row of the same job, host, start and MIG profile (a running job imported
-  again with its real end replaces the row its earlier import closed at --now);
+- by key: a row replaces the earlier row of the same job on the same host. Slurm: the scheduler's identity, job
+  id (JobID, JobIDRaw), host and MIG profile, never the times (a running job imported again with its real end
+  replaces the row its earlier import closed at --now; a file imported again with the right --tz replaces the
+  rows its first import placed in the wrong zone). Kubernetes: pod, host, start and MIG profile (a StatefulSet's
+  next pod reuses the name);
 - by window (Kubernetes): rows of the source inside the imported window are replaced by what the window holds,
   rows that straddle its edges are cut at them.
 Nothing is written when the rows fail the contract (the writer checks them all first).
@@ -24,6 +27,8 @@ from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 
 KEY = ("job_id", "host", "start_ts", "mig_profile")
+# The scheduler's own identity of a row per source (rows of a source not listed: KEY).
+IDENTITY = {schema.ALLOC_SOURCE_SLURM: ("job_id", "job_id_raw", "host", "mig_profile")}
 _DAY = pl.col("start_ts").dt.date()
 _POLARS = {"VARCHAR": pl.String, "FLOAT": pl.Float32, "DOUBLE": pl.Float64, "TIMESTAMPTZ": pl.Datetime("us", "UTC")}
 
@@ -79,7 +84,8 @@ def write_allocations(root: Path | str, new: pl.DataFrame, source: str, *,
         before = inside.filter(pl.col("start_ts") < w0).with_columns(end_ts=w0)
         after = inside.filter(pl.col("end_ts") > w1).with_columns(start_ts=w1)
         old = pl.concat([old.filter(~overlaps), before, after])
-    keyed = old.join(new.select(KEY), on=list(KEY), how="anti", nulls_equal=True)
+    key = list(IDENTITY.get(source, KEY))
+    keyed = old.join(new.select(key), on=key, how="anti", nulls_equal=True)
     result.replaced += old.height - keyed.height
     merged = pl.concat([keyed, new])
     cols = list(orig.columns)

@@ -4,9 +4,11 @@ kube-state-metrics (docs/metrics/workload/pod-metrics.md) exports
 - `kube_pod_container_resource_requests{namespace, pod, uid, container, node, resource, unit}`: one series per
   container and resource; the resource name is sanitized for Prometheus (`nvidia.com/gpu` -> `nvidia_com_gpu`,
   a MIG resource `nvidia.com/mig-3g.40gb` -> `nvidia_com_mig_3g_40gb`), unit `integer`;
+- `kube_pod_init_container_resource_requests{...}`: the same for the init containers (internal/store/pod.go);
 - `kube_pod_status_phase{namespace, pod, uid, phase}`: 1 for the pod's current phase, 0 for the others.
 
-A pod holds its GPUs while it is Running: the requests of its containers (summed) joined with its Running phase,
+A pod holds its GPUs while it is Running: per resource, the larger of its app containers' requests (summed) and
+its largest init container's (the scheduler's effective request), joined with its Running phase,
 on the node the `node` label names. Evaluated at each step of the window, the consecutive steps a pod is present
 become one allocation row (each evaluation standing for the step that ends at it): the row's edges are only as
 exact as the step. An import replaces this source's rows inside its window (importer.allocations), so
@@ -20,12 +22,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.slurm import MIG_SLICES_PER_GPU
 from gpuaudit.importer.timespec import align_down
 
-SOURCE = "kubernetes"
+SOURCE = schema.ALLOC_SOURCE_KUBERNETES
 GPU_RESOURCE = "nvidia_com_gpu"
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d)g_(\d+)gb")
 _RESOURCES = "nvidia_com_gpu|nvidia_com_mig_.+"
@@ -33,12 +36,20 @@ _KEY = ("namespace", "pod", "uid", "node", "resource")
 
 
 def requests_query(selector: str = "") -> str:
-    """PromQL: GPUs requested per running pod, node and GPU resource (several kube-state-metrics replicas
-    report the same series: `max` over the pod's phase and `sum` over its containers of one replica's view)."""
+    """PromQL: GPUs requested per running pod, node and GPU resource, as the scheduler reserves them: the larger
+    of the sum of the app containers' requests and the largest init container's (several kube-state-metrics
+    replicas report the same series: `max` over the replicas of each container, and over the pod's phase)."""
     extra = f", {selector}" if selector else ""
     by = ", ".join(_KEY)
-    return (f'sum by ({by}) (max by ({by}, container) (kube_pod_container_resource_requests'
-            f'{{resource=~"{_RESOURCES}"{extra}}})) '
+
+    def per_container(metric: str) -> str:
+        return f'max by ({by}, container) ({metric}{{resource=~"{_RESOURCES}"{extra}}})'
+
+    app = f'label_replace(sum by ({by}) ({per_container("kube_pod_container_resource_requests")}), ' \
+          '"gpuaudit_part", "app", "pod", ".*")'
+    init = f'label_replace(max by ({by}) ({per_container("kube_pod_init_container_resource_requests")}), ' \
+           '"gpuaudit_part", "init", "pod", ".*")'
+    return (f'max by ({by}) ({app} or {init}) '
             f'* on (namespace, pod, uid) group_left () '
             f'(max by (namespace, pod, uid) (kube_pod_status_phase{{phase="Running"{extra}}}) == 1)')
 

@@ -32,10 +32,11 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer import hostlist
 
-SOURCE = "slurm"
+SOURCE = schema.ALLOC_SOURCE_SLURM
 # The fields asked of sacct (and required in a file's header); names are case-insensitive in the header.
 FIELDS = ("JobID", "JobIDRaw", "User", "Account", "Partition", "State", "Start", "End", "NodeList", "AllocTRES")
 REQUIRED = ("JobID", "State", "Start", "End", "NodeList", "AllocTRES")

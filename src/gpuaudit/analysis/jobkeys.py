@@ -1,0 +1,61 @@
+"""Job keys: how an allocation and a process name the same job, for the ledger and the chargeback.
+
+An allocation (gpu_allocations) and a holder (gpu_processes, per GPU-hour) are joined on a key:
+
+    j:<id>             Slurm: the allocation's JobID and JobIDRaw; the process's job id (cgroup or hpc_job label)
+    p:<namespace/pod>  Kubernetes: the allocation's job_id; the process's k8s_namespace + "/" + k8s_pod
+    u:<uid>            Kubernetes: the allocation's job_id_raw (pod UID); the process's k8s_pod where only the UID
+                       is known (the agent's cgroup fallback)
+
+Every allocation source other than Kubernetes is keyed as Slurm (a job id).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from gpuaudit.schema import ALLOC_SOURCE_KUBERNETES
+
+JOB, POD, UID = "j:", "p:", "u:"
+
+
+def _is_kubernetes() -> pl.Expr:
+    return pl.col("source") == ALLOC_SOURCE_KUBERNETES
+
+
+def alloc_keys(a: pl.DataFrame, id_col: str, job_col: str) -> pl.DataFrame:
+    """(id_col, key) pairs an allocation matches holders by, in a fixed order (JobID before JobIDRaw, pod name
+    before UID); `job_col` holds the scheduler's job id (Slurm JobID, Kubernetes namespace/pod)."""
+    k8s = _is_kubernetes()
+    raw = pl.col("job_id_raw").is_not_null()
+    return pl.concat([
+        a.filter(~k8s).select(id_col, (JOB + pl.col(job_col)).alias("key")),
+        a.filter(~k8s & raw).select(id_col, (JOB + pl.col("job_id_raw")).alias("key")),
+        a.filter(k8s).select(id_col, (POD + pl.col(job_col)).alias("key")),
+        a.filter(k8s & raw).select(id_col, (UID + pl.col("job_id_raw")).alias("key")),
+    ])
+
+
+def _pod() -> pl.Expr:
+    return pl.col("k8s_namespace") + "/" + pl.col("k8s_pod")
+
+
+def holder_keys(h: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """Every key a holder row can match (job id, pod name, pod UID), with `cols` carried along."""
+    return pl.concat([
+        h.filter(pl.col("job_id") != "").select(*cols, (JOB + pl.col("job_id")).alias("key")),
+        h.filter(pl.col("k8s_pod") != "").select(*cols, (POD + _pod()).alias("key")),
+        h.filter(pl.col("k8s_pod") != "").select(*cols, (UID + pl.col("k8s_pod")).alias("key")),
+    ]).unique()
+
+
+def holder_key() -> pl.Expr:
+    """A holder's first key: its job id, else its pod name (null when it has neither)."""
+    return (pl.when(pl.col("job_id") != "").then(JOB + pl.col("job_id"))
+            .when(pl.col("k8s_pod") != "").then(POD + _pod())
+            .otherwise(pl.lit(None)))
+
+
+def uid_key() -> pl.Expr:
+    """A holder's pod as a UID key (for a pod known by its UID only)."""
+    return UID + pl.col("k8s_pod")
