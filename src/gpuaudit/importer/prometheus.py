@@ -6,7 +6,8 @@ Two phases, so a failure never leaves a partial import behind:
 1. fetch: every query of every chunk is answered and converted to typed rows, spilled to a private
    temporary directory (bounded memory for long windows). Any server or network error stops here,
    before the dataset is touched.
-2. write: per (host, date) partition, the importer's own file is replaced atomically by a new one,
+2. write: one store transaction (store/transaction.py) replaces the imported GPUs' Prometheus-sourced rows
+   in the window: per (host, date) partition the importer's own file is replaced by a new one,
    `prometheus-<stamp>.parquet` (a new name each time): its previous rows minus those the new import
    replaces, plus the new rows. The replaced files are listed in a compaction record next to it, as
    `gpuaudit compact` leaves one, so that `gpuaudit push` removes them from a collection target and the
@@ -19,12 +20,9 @@ importer's file into). Importing the same or an overlapping window again therefo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,11 +30,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import polars as pl
 
-from gpuaudit import schema, store
+from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.identity import (
     NO_MIG,
@@ -54,9 +51,7 @@ from gpuaudit.importer.presets import PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.rows import COUNT, COUNTER_PARTS, FRACTIONS, UTIL, ImportState, build_rows, final_hosts
 from gpuaudit.importer.timespec import align_down
-from gpuaudit.store import journal, readers, writer
-from gpuaudit.store.base import STALE_STAGING_S, new_stem
-from gpuaudit.util import atomic
+from gpuaudit.store import transaction
 
 log = logging.getLogger("gpuaudit.importer")
 
@@ -438,72 +433,24 @@ def _when(ts: float) -> str:
 # ---------------------------------------------------------------------------------------------- write
 
 
-@dataclass
-class _Changes:
-    """What an import will do to the dataset, prepared before any of it is visible: new versions of files
-    written under `stage` (a private dataset root inside <root>/.staging, same relative paths), and files
-    to remove."""
-
-    stage: Path
-    removals: list[Path] = field(default_factory=list)
-    # (table, host, date) -> names of that partition's files the new importer file replaces: its compaction record
-    replaced: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
-    # (table, host, date, new name, old name): another producer's file written again without the replaced rows
-    rewrites: list[tuple[str, str, str, str, str]] = field(default_factory=list)
-    # A new name per import: a name the importer used before may be listed by a compaction record (kept by
-    # the store), which would hide a new file under that name.
-    name: str = field(default_factory=lambda: f"{FILE_STEM}-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid4().hex[:8]}")
-
-
-STAGE_PREFIX = "import-"
-
-
 def _write(root: Path, spill: Path, start: datetime, end: datetime, result: ImportResult) -> None:
-    """Stage every partition's new files (in batches of whole dates: bounded memory, few writer calls; see
-    _supersede for what is replaced), then publish them all at once. A failure while staging (a full disk,
-    an I/O error) leaves the dataset untouched; see _publish for a failure while publishing."""
+    """Replace the imported GPUs' Prometheus-sourced rows in (start, end] with the spilled rows, in one store
+    transaction (store/transaction.py: staged in batches of whole dates, bounded memory and few writer calls,
+    then published all at once; a failure at any step leaves the dataset as it was)."""
     samples_files = sorted(spill.glob("samples-*.parquet"))
     process_files = sorted(spill.glob("processes-*.parquet"))
     if not samples_files:
         return
     try:
-        staging = root / store.STAGING
-        staging.mkdir(parents=True, exist_ok=True)
-        _remove_stale_stages(staging)
-        changes = _Changes(Path(tempfile.mkdtemp(prefix=STAGE_PREFIX, dir=staging)))
-    except OSError as e:
-        raise GpuauditError(f"cannot write to {root}: {e.strerror or e}; nothing imported") from None
-    try:
-        # Under the dataset's compaction lock: a compaction merging the files this import rewrites would lose
-        # or double rows.
-        with store.compaction_lock(root):
-            _stage_all(root, changes, samples_files, process_files, start, end, result)
-            _stage_records(root, changes, result)
-            _publish(root, changes)
-    except GpuauditError as e:
-        # DuckDB reports an I/O failure as JSON with the errno: say it the way the OSError branch does.
-        errno = re.search(r'"errno"\s*:\s*"(\d+)"', str(e))
-        what = f"cannot write to {root}: {os.strerror(int(errno.group(1)))}" if errno else str(e)
-        raise GpuauditError(f"{what}; nothing imported (the dataset is as it was)") from None
-    except OSError as e:
-        raise GpuauditError(f"cannot write to {root}: {e.strerror or e}; nothing imported (the dataset is as it "
-                            "was)") from None
-    finally:
-        shutil.rmtree(changes.stage, ignore_errors=True)
+        with transaction.replacing(root, FILE_STEM) as tx:
+            _stage_all(tx, samples_files, process_files, start, end, result)
+    except transaction.WriteFailed as e:
+        raise GpuauditError(f"{e}; nothing imported" + (" (the dataset is as it was)" if e.begun else "")
+                            ) from None
+    result.files += tx.files
 
 
-def _remove_stale_stages(staging: Path) -> None:
-    """Stages of imports that crashed (a clean failure removes its own)."""
-    now = time.time()
-    for d in staging.glob(f"{STAGE_PREFIX}*"):
-        try:
-            if d.is_dir() and now - d.stat().st_mtime > STALE_STAGING_S:
-                shutil.rmtree(d, ignore_errors=True)
-        except OSError:
-            pass
-
-
-def _stage_all(root: Path, changes: _Changes, samples_files: list[Path], process_files: list[Path],
+def _stage_all(tx: transaction.Transaction, samples_files: list[Path], process_files: list[Path],
                start: datetime, end: datetime, result: ImportResult) -> None:
     samples = pl.scan_parquet(samples_files).with_columns(pl.col("ts").dt.date().alias("_d"))
     processes = (pl.scan_parquet(process_files).with_columns(pl.col("ts").dt.date().alias("_d"))
@@ -513,51 +460,34 @@ def _stage_all(root: Path, changes: _Changes, samples_files: list[Path], process
     rows = 0
     for day, n in per_date.iter_rows():
         if batch and rows + n > WRITE_BATCH_ROWS:
-            _write_batch(root, changes, samples, processes, batch, start, end, result)
+            _write_batch(tx, samples, processes, batch, start, end, result)
             batch, rows = [], 0
         batch.append(day)
         rows += n
-    _write_batch(root, changes, samples, processes, batch, start, end, result)
+    _write_batch(tx, samples, processes, batch, start, end, result)
 
 
-def _write_batch(root: Path, changes: _Changes, samples: pl.LazyFrame, processes: pl.LazyFrame | None,
+def _write_batch(tx: transaction.Transaction, samples: pl.LazyFrame, processes: pl.LazyFrame | None,
                  days: list[Any], start: datetime, end: datetime, result: ImportResult) -> None:
     s_rows = samples.filter(pl.col("_d").is_in(days)).collect()
     p_rows = processes.filter(pl.col("_d").is_in(days)).collect() if processes is not None else None
     result.sample_rows += s_rows.height
     for src, n in s_rows.group_by("source").len().iter_rows():
         result.sources[src] = result.sources.get(src, 0) + n
-    s_merged: list[pl.DataFrame] = []
-    p_merged: list[pl.DataFrame] = []
+    s_parts: list[transaction.Part] = []
+    p_parts: list[transaction.Part] = []
     for (host, day), s_part in s_rows.partition_by("host", "_d", as_dict=True).items():
         host, date = str(host), day.isoformat()
         s_part = s_part.drop("_d")
-        gpus = s_part.select(_gpu_key().alias("k"))["k"].unique().to_list()
-        keep, replaced = _supersede(root, changes, schema.SAMPLES, host, date, gpus, start, end)
-        result.replaced_rows += replaced
-        merged = _concat(keep, s_part)
-        if merged is not None:  # always: s_part has rows
-            s_merged.append(merged)
+        # The rows this import replaces: the same GPUs' (or MIG slices').
+        same_gpus = _gpu_key().is_in(s_part.select(_gpu_key().alias("k"))["k"].unique().to_list())
+        s_parts.append(transaction.Part(host, date, s_part, same_gpus))
         p_part = (p_rows.filter((pl.col("host") == host) & (pl.col("_d") == day)).drop("_d")
                   if p_rows is not None else None)
-        keep, _ = _supersede(root, changes, schema.PROCESSES, host, date, gpus, start, end)
-        merged = _concat(keep, p_part)
-        if merged is not None:
-            p_merged.append(merged)
-            result.process_rows += p_part.height if p_part is not None else 0
-    staged = store.write_table(changes.stage, schema.SAMPLES, pl.concat(s_merged, how="diagonal_relaxed"),
-                               name=changes.name)
-    if p_merged:
-        staged += store.write_table(changes.stage, schema.PROCESSES, pl.concat(p_merged, how="diagonal_relaxed"),
-                                    name=changes.name)
-    result.files += [root / f.relative_to(changes.stage) for f in staged]
-
-
-def _concat(a: pl.DataFrame | None, b: pl.DataFrame | None) -> pl.DataFrame | None:
-    frames = [f for f in (a, b) if f is not None and f.height]
-    if not frames:
-        return None
-    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+        p_parts.append(transaction.Part(host, date, p_part, same_gpus))
+        result.process_rows += p_part.height if p_part is not None else 0
+    result.replaced_rows += tx.replace(schema.SAMPLES, s_parts, source=_prom_rows(schema.SAMPLES), window=(start, end))
+    tx.replace(schema.PROCESSES, p_parts, source=_prom_rows(schema.PROCESSES), window=(start, end))
 
 
 def _gpu_key() -> pl.Expr:
@@ -567,153 +497,11 @@ def _gpu_key() -> pl.Expr:
 
 
 def _prom_rows(table: str) -> pl.Expr:
-    # Imported process rows are the ones without a pid (the agent always knows the pid).
+    """The rows a re-import replaces are Prometheus-sourced; imported process rows are the ones without a pid
+    (the agent always knows the pid)."""
     if table == schema.SAMPLES:
         return pl.col("source").is_in(PROM_SOURCES)
     return pl.col("pid").is_null()
-
-
-def _supersede(root: Path, changes: _Changes, table: str, host: str, day: str, gpus: list[str], start: datetime,
-               end: datetime) -> tuple[pl.DataFrame | None, int]:
-    """Drop the earlier rows of this partition that a new import replaces: Prometheus-sourced rows of the
-    imported GPUs with ts in (start, end]. Returns (rows of the importer's own earlier files to keep, rows
-    dropped); those files are listed for removal (the new file holds their kept rows). Other files holding
-    such rows (the importer's file after a compaction merged it) get a new version without them staged in
-    `changes` (or are listed for removal)."""
-    part_dir = store.partition_dir(root, table, host, day)
-    if not part_dir.is_dir():
-        return None, 0
-    if any(part_dir.glob(f"{store.JOURNAL_PREFIX}*")):
-        # An interrupted compaction: finish it first (we hold the compaction lock), so no file we read is one
-        # it hides.
-        store.finish_journals(part_dir)
-    keep_own: pl.DataFrame | None = None
-    dropped = 0
-    mask = (_prom_rows(table) & pl.col("ts").is_between(start, end, closed="right")
-            & _gpu_key().is_in(gpus)).fill_null(False)
-    hidden = journal.hidden_names(part_dir, os.listdir(part_dir))  # replaced, kept for open readers
-    for f in sorted(part_dir.glob("*.parquet")):
-        if f.name in hidden:
-            continue
-        try:
-            # Other producers' files are only counted (column statistics make that cheap); read in
-            # full only the importer's own file and files that hold rows to replace.
-            if not _own(f) and not pl.scan_parquet(f).filter(mask).select(pl.len()).collect().item():
-                continue
-            old = pl.read_parquet(f)
-        except Exception as e:  # a damaged file is the reader's business (skipped with a warning there)
-            log.warning("import: leaving unreadable %s: %s", f, e)
-            continue
-        replaced = old.select(mask.alias("r"))["r"]
-        n = int(replaced.sum())
-        dropped += n
-        rest = old.filter(~replaced).with_columns(pl.lit(host).alias("host"))
-        if _own(f):
-            keep_own = _concat(keep_own, rest)
-            changes.removals.append(f)
-            changes.replaced.setdefault((table, host, day), []).append(f.name)
-        elif n:
-            if rest.height:
-                # A new name, never the same one rewritten in place: a reader that listed the old version must
-                # find it or miss it (and list again), never read another version under its name.
-                stem = new_stem(f.stem.split("-")[0] or "part")
-                store.write_table(changes.stage, table, rest, name=stem)
-                changes.removals.append(f)
-                changes.rewrites.append((table, host, day, f"{stem}.parquet", f.name))
-            else:
-                changes.removals.append(f)
-                changes.replaced.setdefault((table, host, day), []).append(f.name)
-    return keep_own, dropped
-
-
-def _stage_records(root: Path, changes: _Changes, result: ImportResult) -> None:
-    """Stage a compaction record in each partition where files are removed: {"new": this import's file,
-    "old": [the removed files]}, the same record `gpuaudit compact` leaves (store.superseded reads both).
-    Push ships it before the new file, then removes the old files from the target; the target's readers
-    hide them as soon as the new file is there. A partition whose new file would hold no row (every process
-    row replaced, none imported) gets an empty file, so that the record has a file to point to."""
-    for (table, host, day), old in sorted(changes.replaced.items()):
-        part = store.partition_dir(changes.stage, table, host, day)
-        new = part / f"{changes.name}.parquet"
-        if not new.exists():
-            part.mkdir(parents=True, exist_ok=True)
-            con = store.connect()
-            try:
-                writer.copy_to(con, schema.empty_select(table, stored_only=True), new)
-            finally:
-                con.close()
-            atomic.fsync(new)
-            result.files.append(root / new.relative_to(changes.stage))
-        atomic.write_synced(part / journal.record_name(), journal.encode(new.name, sorted(old)))
-    for table, host, day, new_name, old_name in changes.rewrites:
-        record = store.partition_dir(changes.stage, table, host, day) / journal.record_name()
-        atomic.write_synced(record, journal.encode(new_name, [old_name]))
-
-
-def _own(f: Path) -> bool:
-    """The importer's file: prometheus-<stamp>.parquet (an older gpuaudit wrote prometheus.parquet)."""
-    return f.stem == FILE_STEM or f.stem.startswith(FILE_STEM + "-")
-
-
-def _publish(root: Path, changes: _Changes) -> None:
-    """Make the staged changes visible: each staged file renamed over its place in the dataset, each removal
-    done, the previous version of every touched file kept aside (hard link, same filesystem) until all of
-    it has succeeded. A failure on the way (a partition directory that cannot be created, an I/O error)
-    puts every touched file back as it was, then raises: other readers may have seen the new files for
-    that moment, but the dataset ends as it was before the import. Renames and links need no free space,
-    so a full disk stops the import while staging, before this."""
-    aside = changes.stage / ".previous"
-    aside.mkdir()
-    # Records first (new names, nothing to set aside): each hides its old files from the moment its new file
-    # lands, so a crash before the removals below never shows a row twice (finish_journals then removes them).
-    records = sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob(f"{store.JOURNAL_PREFIX}*.json"))
-    staged = records + sorted(p for t in schema.TABLES for p in (changes.stage / t).rglob("*.parquet"))
-    done: list[tuple[Path, Path | None]] = []  # (dataset path, its previous version aside, or None if new)
-    # Under the publish lock, a reader lists the dataset before or after all of it (store/readers.py). The
-    # removed files stay (their records hide them) while a reader has the dataset open: it may have listed
-    # them; the next compaction removes them.
-    with readers.publishing(root), readers.unread(root) as free:
-        try:
-            for i, new in enumerate(staged):
-                final = root / new.relative_to(changes.stage)
-                final.parent.mkdir(parents=True, exist_ok=True)
-                previous = _set_aside(final, aside / f"{i}.parquet")
-                done.append((final, previous))
-                os.replace(new, final)
-            for i, f in enumerate(changes.removals if free else ()):
-                previous = aside / f"removed-{i}.parquet"
-                os.replace(f, previous)
-                done.append((f, previous))
-        except OSError:
-            _restore(done)
-            raise
-    for d in sorted({f.parent for f, _ in done}):  # the renames are durable once their directories are synced
-        with contextlib.suppress(OSError):
-            atomic.fsync(d)
-
-
-def _restore(done: list[tuple[Path, Path | None]]) -> None:
-    """Put every touched file back as it was before a failed publish."""
-    for final, previous in reversed(done):
-        try:
-            if previous is not None:
-                os.replace(previous, final)
-            else:
-                final.unlink(missing_ok=True)
-        except OSError as e:  # cannot happen short of the disk going away; say what is left where
-            log.error("import: could not restore %s from %s: %s", final, previous, e)
-
-
-def _set_aside(final: Path, previous: Path) -> Path | None:
-    """Keep `final`'s current version at `previous` without ever removing it from view (a hard link); where
-    the filesystem has no hard links, move it (it is out of view until the new version lands)."""
-    if not final.exists():
-        return None
-    try:
-        os.link(final, previous)
-    except OSError:
-        os.replace(final, previous)
-    return previous
 
 
 # ---------------------------------------------------------------------------------------------- summary
