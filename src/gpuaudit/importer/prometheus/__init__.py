@@ -18,8 +18,9 @@ Prometheus-sourced rows of the same GPUs inside its window (also in files that c
 importer's file into). Importing the same or an overlapping window again therefore never duplicates rows.
 
 Modules: fetch (queries, detection, spill), check (answers refused), run (import_prometheus and the write),
-text (the summary), result (ImportResult). The Prometheus-only rules: identity.py, mapping.py, rows.py, presets.py
-and promclient.py beside this package.
+text (the summary), result (ImportResult), and the Prometheus-only rules: presets (exporters' names), mapping
+(series and labels -> columns), identity (what one series is about), rows (a chunk's answers -> rows). The HTTP
+client, shared with the Kubernetes importer, is importer/promclient.py.
 """
 
 from gpuaudit.importer.prometheus.fetch import plan_queries, query_for

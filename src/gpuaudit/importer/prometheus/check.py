@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 import polars as pl
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.identity import (
+from gpuaudit.importer.prometheus.identity import (
     SMALLINT_MAX,
 )
-from gpuaudit.importer.mapping import Mapping
-from gpuaudit.importer.rows import COUNT, FRACTIONS
+from gpuaudit.importer.prometheus.mapping import Mapping
+from gpuaudit.importer.prometheus.rows import COUNT, FRACTIONS
 
 # A stored fraction may exceed 1 (or go below 0) by this much, float rounding in the server's averages
 # (100.0001 %), and is then clipped; anything further out is an error.

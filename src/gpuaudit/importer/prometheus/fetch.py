@@ -11,7 +11,9 @@ from typing import Any
 import polars as pl
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.identity import (
+from gpuaudit.importer.promclient import PromClient, chunks
+from gpuaudit.importer.prometheus.check import check_points, series_text
+from gpuaudit.importer.prometheus.identity import (
     NO_MIG,
     BadLabel,
     SeriesIdentity,
@@ -21,12 +23,10 @@ from gpuaudit.importer.identity import (
     node_label_hint,
     normalize_uuid,
 )
-from gpuaudit.importer.mapping import AVG, COUNTER, INCREASE, LAST, Mapping
-from gpuaudit.importer.presets import PRESETS, Preset, all_metric_names, detect
-from gpuaudit.importer.promclient import PromClient, chunks
-from gpuaudit.importer.prometheus.check import check_points, series_text
+from gpuaudit.importer.prometheus.mapping import AVG, COUNTER, INCREASE, LAST, Mapping
+from gpuaudit.importer.prometheus.presets import PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.prometheus.result import ImportResult, Progress
-from gpuaudit.importer.rows import COUNT, COUNTER_PARTS, UTIL, ImportState, build_rows, final_hosts
+from gpuaudit.importer.prometheus.rows import COUNT, COUNTER_PARTS, UTIL, ImportState, build_rows, final_hosts
 
 
 def query_for(name: str, kind: str, selector: str, step_s: int) -> str:

@@ -12,10 +12,10 @@ import polars as pl
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.identity import NO_MIG
-from gpuaudit.importer.mapping import Mapping
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport
 from gpuaudit.importer.prometheus.fetch import fetch
+from gpuaudit.importer.prometheus.identity import NO_MIG
+from gpuaudit.importer.prometheus.mapping import Mapping
 from gpuaudit.importer.prometheus.result import ImportResult, Progress
 from gpuaudit.importer.timespec import align_down
 from gpuaudit.store import transaction

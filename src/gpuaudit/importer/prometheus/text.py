@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuaudit import schema
-from gpuaudit.importer.presets import PRESETS
+from gpuaudit.importer.prometheus.presets import PRESETS
 from gpuaudit.importer.prometheus.result import ImportResult
 
 
