@@ -40,9 +40,9 @@ def _raw_fetch(url: str, start, end) -> tuple[float, int]:  # type: ignore[no-un
     import requests
     from tests.prom_helpers import build_fleet
 
-    from gpuaudit.importer.mapping import build_mapping
     from gpuaudit.importer.promclient import chunks
     from gpuaudit.importer.prometheus import plan_queries
+    from gpuaudit.importer.prometheus.mapping import build_mapping
 
     present = {m for g in build_fleet() for m in g.metrics} | {"DCGM_FI_DEV_POWER_USAGE"}  # what the server holds
     queries = [q for *_, q in plan_queries(build_mapping(), STEP_S, present)]
@@ -67,9 +67,9 @@ def run(work: Path, quick: bool) -> list[dict]:
                  "note": "skipped: install Prometheus (apt-get install --no-install-recommends prometheus)"}]
     from tests.prom_helpers import START, backfill, start_prometheus, write_openmetrics
 
-    from gpuaudit.importer.mapping import build_mapping
     from gpuaudit.importer.promclient import transport
     from gpuaudit.importer.prometheus import import_prometheus
+    from gpuaudit.importer.prometheus.mapping import build_mapping
 
     copies = 1 if quick else 4
     fleet = _fleet(copies)

@@ -73,3 +73,80 @@ def test_report_files_are_staged_whole_and_honour_the_umask(tmp_path: Path) -> N
     assert _mode(tmp_path / "report.md") == 0o644 and _mode(tmp_path / "charts" / "a.svg") == 0o644
     assert (tmp_path / "report.md").read_text() == "# r\n"
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def _fail_second_rename(monkeypatch: pytest.MonkeyPatch, into: Path) -> list[Path]:
+    """os.replace, the one rename seam, fails on the second rename of a file into `into` (an I/O error, a quota
+    on a network filesystem); the other renames (setting aside under dot-names, the restore) go through.
+    Returns the files renamed into `into`, in order."""
+    real = os.replace
+    landed: list[Path] = []
+    calls = 0
+
+    def replace(src: os.PathLike[str] | str, dst: os.PathLike[str] | str) -> None:
+        nonlocal calls
+        dst = Path(dst)
+        if into in dst.parents and not dst.name.startswith("."):
+            calls += 1
+            if calls == 2:
+                raise OSError(5, "Input/output error")
+            landed.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return landed
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_publish_all_restores_what_it_replaced_when_a_later_rename_fails(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24.2: several staged files renamed into place; the second rename fails. The first, already
+    renamed, is put back as it was (it replaced a file) and the third never lands: nothing partial is left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("old a")
+    (out / "c.txt").write_text("old c")
+    before = _tree(out)
+    staged = [(atomic.stage(out / n, f"new {n}"), out / n) for n in ("a.txt", "b.txt", "c.txt")]
+    _fail_second_rename(monkeypatch, out)
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic.publish_all(staged)
+    for tmp, _ in staged:
+        tmp.unlink(missing_ok=True)
+    assert _tree(out) == before
+
+
+def test_publish_all_renames_every_file_and_removes_the_stale_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("old a")
+    (out / "stale.txt").write_text("stale")
+    staged = [(atomic.stage(out / n, f"new {n}"), out / n) for n in ("a.txt", "b.txt")]
+    atomic.publish_all(staged, remove=[out / "stale.txt", out / "never-there.txt"])
+    assert _tree(out) == {"a.txt": b"new a.txt", "b.txt": b"new b.txt"}
+
+
+def test_a_report_whose_second_rename_fails_leaves_the_earlier_report_whole(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24.2: report/writer.write_files renamed in a loop, so a failure on the second rename left the new
+    first file beside the old others while the message said "nothing was written". Now the message is true:
+    the earlier report is there byte for byte, the stale file it would have removed included, and no
+    temporary is left."""
+    from gpuaudit.errors import GpuauditError
+    from gpuaudit.report.writer import write_files
+
+    out = tmp_path / "report"
+    write_files(out, [(out / "report.html", "<p>old</p>"), (out / "report.md", "# old\n"),
+                      (out / "charts" / "a.svg", b"<svg>old</svg>")])
+    (out / "report.json").write_text("{}\n")
+    before = _tree(out)
+    landed = _fail_second_rename(monkeypatch, out)
+    with pytest.raises(GpuauditError, match="nothing was written") as e:
+        write_files(out, [(out / "report.html", "<p>new</p>"), (out / "report.md", "# new\n"),
+                          (out / "charts" / "a.svg", b"<svg>new</svg>")], stale=[out / "report.json"])
+    assert "Input/output error" in str(e.value)
+    assert landed[0] == out / "report.html"  # renamed into place before the failure (then restored)
+    assert _tree(out) == before

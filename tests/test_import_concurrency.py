@@ -15,9 +15,9 @@ from tests.helpers import require_binary
 from tests.prom_helpers import START, Gpu, PromServer, fleet_server
 
 from gpuaudit import schema, store
-from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.importer.prometheus.mapping import build_mapping
 
 pytestmark = pytest.mark.prometheus
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"

@@ -21,9 +21,9 @@ from tests.helpers import require_binary, run_cli, serving
 from tests.prom_helpers import free_port
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.importer.prometheus.mapping import build_mapping
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
 END = START + timedelta(hours=2)

@@ -17,9 +17,9 @@ from tests.import_layouts import MIB, Layout, build_all, write_openmetrics
 from tests.prom_helpers import PromServer, served
 
 from gpuaudit import schema, store
-from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import ImportResult, import_prometheus, summary
+from gpuaudit.importer.prometheus.mapping import build_mapping
 
 pytestmark = pytest.mark.prometheus
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from gpuaudit import store
-from gpuaudit.importer.prometheus import STAGE_PREFIX, _remove_stale_stages
 from gpuaudit.store.base import STALE_STAGING_S
+from gpuaudit.store.transaction import STAGE_PREFIX, remove_stale_stages
 
 
 def test_a_crashed_imports_stage_is_removed_and_a_recent_one_kept(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_a_crashed_imports_stage_is_removed_and_a_recent_one_kept(tmp_path: Path
     os.utime(stale, (old, old))
     os.utime(other, (old, old))
 
-    _remove_stale_stages(staging)
+    remove_stale_stages(staging)
 
     assert not stale.exists()
     assert (recent / "samples.parquet").exists()  # may belong to an import still running

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.mapping import build_mapping, gpu_fraction
 from gpuaudit.importer.promclient import chunks, transport
 from gpuaudit.importer.prometheus import query_for
+from gpuaudit.importer.prometheus.mapping import build_mapping, gpu_fraction
 from gpuaudit.importer.timespec import align_down, parse_duration_s, parse_step_s, parse_time
 
 NOW = datetime(2026, 3, 1, 12, 30, 15, tzinfo=UTC)

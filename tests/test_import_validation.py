@@ -23,9 +23,9 @@ from tests.tmpfs_helpers import in_tiny_tmpfs
 
 from gpuaudit import store
 from gpuaudit.errors import GpuauditError
-from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.importer.prometheus.mapping import build_mapping
 from gpuaudit.store import readers
 
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"

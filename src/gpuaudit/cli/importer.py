@@ -90,8 +90,8 @@ def prometheus(
 
     Example: gpuaudit import prometheus --url http://prometheus:9090 --start -30d --step 5m
     """
-    from gpuaudit.importer.mapping import build_mapping
     from gpuaudit.importer.prometheus import import_prometheus, summary
+    from gpuaudit.importer.prometheus.mapping import build_mapping
     from gpuaudit.importer.timespec import parse_step_s, parse_time
     from gpuaudit.util.textsafe import printable
 

@@ -1,9 +1,9 @@
 """Write a report to a directory: report.html (self-contained), report.md + charts/*.svg, report.json.
 
 Every file is first written in full to a temporary name in its directory (and fsynced, util.atomic); only
-when all of them are written are they renamed into place. A failure before that (a full disk, an I/O error) removes
-the temporary files and leaves an earlier report in `out` as it was: never a half-written file, and never
-a new report.html next to an old report.md.
+when all of them are written are they renamed into place, all or none (util.atomic.publish_all). A failure at any
+step (a full disk, an I/O error, a rename that fails) removes the temporary files and leaves an earlier report in
+`out` as it was: never a half-written file, and never a new report.html next to an old report.md.
 """
 
 from __future__ import annotations
@@ -53,17 +53,15 @@ def parse_formats(value: str | Iterable[str]) -> list[str]:
 
 def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterable[Path] = ()) -> None:
     """Write all `files` or none: stage every one (written and synced, 0o666 less the umask as the data files:
-    a report is for colleagues), then rename them into place (renames need no space); then remove the `stale`
-    files (an earlier report's other formats, which would contradict this one)."""
+    a report is for colleagues), then rename them into place and remove the `stale` files (an earlier report's
+    other formats, which would contradict this one) with `atomic.publish_all`: a failure at any step leaves the
+    earlier report in `out` as it was."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files:
             path.parent.mkdir(parents=True, exist_ok=True)
             staged.append((atomic.stage(path, data), path))
-        for tmp, path in staged:
-            atomic.replace(tmp, path)
-        for path in stale:
-            path.unlink(missing_ok=True)
+        atomic.publish_all(staged, remove=stale)
     except OSError as e:
         raise GpuauditError(f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
                             "(an earlier report there is unchanged)") from None

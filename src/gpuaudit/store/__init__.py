@@ -1,7 +1,8 @@
 """The dataset on disk: Hive-partitioned Parquet under one root directory, read through DuckDB.
 
 One module per seam: `base` (root, layout, DuckDB session), `writer` (atomic writes), `journal` (the compaction
-record and the superseded rule), `reader` (the `Dataset` and its views), `compact`, `conformance` (the reader's
+record and the superseded rule), `reader` (the `Dataset` and its views), `compact`, `transaction` (an import's
+all-or-nothing replacement of a source's rows in a window), `conformance` (the reader's
 side of the contract), `remote` (s3:// datasets) and `sqlquery` (`gpuaudit sql`). This package re-exports the
 public API, so callers write `store.open_dataset(...)`.
 """

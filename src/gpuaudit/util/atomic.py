@@ -4,16 +4,21 @@ A reader or a crash sees the whole file or none of it.
 Two ways in: `write_atomic(final, data)` does all of it for one file beside its destination; `stage` +
 `replace` split it for a caller that must stage several files before renaming any (a report), or do
 something to the staged file first (push gives it to the target's owner). `publish` renames a file staged
-elsewhere (a dataset's staging directory) that a writer other than `stage` produced (DuckDB's COPY)."""
+elsewhere (a dataset's staging directory) that a writer other than `stage` produced (DuckDB's COPY).
+`publish_all` renames several staged files into place all or none (a report's files, an import's partitions):
+a failure on the way puts back every file it replaced and removes every file it added."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+
+log = logging.getLogger("gpuaudit")
 
 # New files are created as any new file is: 0o666 less the umask (as DuckDB writes the dataset's files).
 FILE_MODE = 0o666
@@ -88,3 +93,67 @@ def write_atomic(final: Path, data: Data, *, mode: int = FILE_MODE,
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)  # only if not renamed
+
+
+def publish_all(staged: Sequence[tuple[Path, Path]], *, remove: Iterable[Path] = (), aside: Path | None = None) -> None:
+    """Rename each synced (staged, final) pair into place, in order, then remove the `remove` files: all of it or
+    none. The previous version of every touched file is kept aside meanwhile (a hard link, so it never leaves
+    view; moved where the filesystem has no links), in `aside` (a directory on the same filesystem) or beside
+    it under a dot-name (temp_name). If a rename or a removal fails, every file done so far is put back as it
+    was (a replaced one restored, an added one removed), then the error is raised: a reader may have seen the
+    new files for that moment, but nothing partial is left. Renames and links need no free space. The
+    directories are fsynced once all of it has succeeded."""
+    done: list[tuple[Path, Path | None]] = []  # (final, its previous version aside, or None: it is new)
+    n = 0
+
+    def aside_name(final: Path) -> Path:
+        nonlocal n
+        n += 1
+        return aside / f"{n}{final.suffix}" if aside is not None else temp_name(final)
+
+    try:
+        for tmp, final in staged:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            done.append((final, _set_aside(final, aside_name(final))))
+            os.replace(tmp, final)
+        for final in remove:
+            if final.exists():
+                moved = aside_name(final)
+                os.replace(final, moved)
+                done.append((final, moved))
+    except OSError:
+        _restore(done)
+        raise
+    for _, previous in done:
+        if previous is not None:
+            with contextlib.suppress(OSError):
+                previous.unlink(missing_ok=True)
+    for d in sorted({final.parent for final, _ in done}):  # the renames are durable once their directories are
+        with contextlib.suppress(OSError):  # synced; all of it is in place already: nothing to undo for this
+            fsync(d)
+
+
+def _set_aside(final: Path, previous: Path) -> Path | None:
+    """Keep `final`'s current version at `previous` without removing it from view (a hard link); where the
+    filesystem has no hard links, move it (out of view until the new version lands). None: there is none."""
+    if not final.exists():
+        return None
+    try:
+        os.link(final, previous)
+    except OSError:
+        os.replace(final, previous)
+    return previous
+
+
+def _restore(done: list[tuple[Path, Path | None]]) -> None:
+    """Put every file `publish_all` touched back as it was, the last first."""
+    for final, previous in reversed(done):
+        try:
+            if previous is not None:
+                os.replace(previous, final)
+                # Still there when final was never replaced: renaming a hard link over its twin does nothing.
+                previous.unlink(missing_ok=True)
+            else:
+                final.unlink(missing_ok=True)
+        except OSError as e:  # cannot happen short of the disk going away; say what is left where
+            log.error("could not restore %s from %s: %s", final, previous, e)

@@ -28,8 +28,8 @@ from typing import Any
 import polars as pl
 
 from gpuaudit import schema
-from gpuaudit.importer.identity import NO_MIG
-from gpuaudit.importer.mapping import COUNTER, LAST, Mapping, gpu_fraction
+from gpuaudit.importer.prometheus.identity import NO_MIG
+from gpuaudit.importer.prometheus.mapping import COUNTER, LAST, Mapping, gpu_fraction
 
 KEY = ["host", "gpu_uuid", "mig_instance"]
 HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU

@@ -72,7 +72,7 @@ def build_mapping(metric_overrides: list[str] | None = None, label_overrides: li
     """The `exporter` preset's mapping with `FIELD=NAME[:UNIT][,NAME...]` and `FIELD=LABEL[,LABEL...]`
     overrides applied. An empty NAME list (`FIELD=`) turns a metric off. `exporter_pod` None: the preset's.
     `exporter` None: dcgm until the import detects the exporter on the server."""
-    from gpuaudit.importer.presets import DEFAULT_PRESET, PRESETS
+    from gpuaudit.importer.prometheus.presets import DEFAULT_PRESET, PRESETS
 
     pod_given = exporter_pod
     if exporter is None:

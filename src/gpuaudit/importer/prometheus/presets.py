@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuaudit.importer.mapping import AVG, COUNTER, LAST, MetricSpec
+from gpuaudit.importer.prometheus.mapping import AVG, COUNTER, LAST, MetricSpec
 
 
 @dataclass(frozen=True)
