@@ -355,7 +355,8 @@ def _collect_models(values: Any, label: str, out: dict[str, dict[str, tuple[Any,
 def _build_models(values: dict[str, dict[str, tuple[Any, str]]], sources: dict[str, str]) -> dict[str, ModelSpec]:
     models = catalogue()
     for key, figures in values.items():
-        base = models.get(key) or ModelSpec(key=key, name=key, instance="set in the config", **dict.fromkeys(FIGURES))
+        blank: dict[str, Any] = dict.fromkeys(FIGURES)
+        base = models.get(key) or ModelSpec(key=key, name=key, instance="set in the config", **blank)
         changed = {f: v for f, (v, _) in figures.items()}
         spec_sources = {**base.sources, **{f: Source(text=f"set in {label}", url="", date="") for f, (_, label) in
                                            figures.items()}}
@@ -415,13 +416,14 @@ def check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
         if key in allow or key not in ("cloud.list_usd_per_gpu_hour", "on_prem.hardware_usd_per_gpu"):
             continue
         for mkey, spec in cfg.models.items():
+            mvalue: float | None
             if key == "cloud.list_usd_per_gpu_hour":
-                value, shown = spec.usd_per_gpu_hour, "instance_usd_per_hour ÷ gpus_per_instance"
+                mvalue, shown = spec.usd_per_gpu_hour, "instance_usd_per_hour ÷ gpus_per_instance"
             else:
-                value, shown = spec.hardware_usd_per_gpu, "hardware_usd_per_gpu"
-            if value is not None and not lo <= value <= hi:
+                mvalue, shown = spec.hardware_usd_per_gpu, "hardware_usd_per_gpu"
+            if mvalue is not None and not lo <= mvalue <= hi:
                 raise GpuauditError(
-                    f"config error: models.{json.dumps(mkey)}: {shown} = {value:g} is outside its plausible range "
+                    f"config error: models.{json.dumps(mkey)}: {shown} = {mvalue:g} is outside its plausible range "
                     f"{lo:g} to {hi:g} ({what}); if it is right, add allow_implausible = [\"{key}\"] at the top "
                     "of the file")
 
