@@ -105,7 +105,7 @@ def _rule(tokens: list[str], memory_bytes: int | None) -> str | None:
     t = set(tokens)
     # tokens glued to their variant ("a100_80g" splits, "h100pcie" does not): look at prefixes too
     def has(prefix: str) -> bool:
-        return any(tok == prefix or tok.startswith(prefix) and not tok[len(prefix):].isdigit() for tok in tokens)
+        return any(tok == prefix or (tok.startswith(prefix) and not tok[len(prefix):].isdigit()) for tok in tokens)
     pcie = "pcie" in t or any(tok.endswith("pcie") for tok in tokens)
     if has("h200"):
         return None if "nvl" in t else "h200"
