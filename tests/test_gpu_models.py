@@ -121,8 +121,8 @@ def test_docs_table_agrees_with_the_catalogue() -> None:
         assert f"{spec.busy_watts_per_gpu:g}" in row, (key, row)
 
 
-def _cfg(tmp_path: Path, text: str) -> Path:
-    p = tmp_path / "c.toml"
+def _cfg(tmp_path: Path, text: str, name: str = "c.toml") -> Path:
+    p = tmp_path / name
     p.write_text(text, encoding="utf-8")
     return p
 
@@ -208,3 +208,47 @@ def test_analyze_accepts_a_model_override(root, tmp_path: Path) -> None:  # type
     r = run_cli("analyze", "--data", str(root), "--config",
                 str(_cfg(tmp_path, '[models."t4"]\ninstance_usd_per_hour = 0.35\n')), "--json")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """Two H100s (one also reports a MIG slice), three T4s, one H100 NVL the catalogue does not know."""
+    root = tmp_path_factory.mktemp("mixed")
+    rows = []
+    h100 = "NVIDIA H100 80GB HBM3"
+    for uuid, name, mem in (("GPU-h1", h100, 80 * 2**30), ("GPU-h2", h100, 80 * 2**30),
+                            ("GPU-t1", "Tesla T4", 16 * 2**30), ("GPU-t2", "Tesla T4", 16 * 2**30),
+                            ("GPU-t3", "Tesla T4", 16 * 2**30), ("GPU-n1", "NVIDIA H100 NVL", 94 * 2**30)):
+        for r in gpu_rows("n1", uuid, 120, sm=0.5, procs=1):
+            rows.append({**r, "gpu_name": name, "mem_total_bytes": mem})
+    for r in gpu_rows("n1", "GPU-h2", 120, sm=0.2, procs=1, mig_instance=1):
+        rows.append({**r, "gpu_name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "gpu_fraction": 1 / 7})
+    return write(root, rows, proc_rows("n1", "GPU-h1", ends(rows[:120])))
+
+
+def test_analyze_lists_the_models_found(mixed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 25: `analyze` lists name as reported -> key, GPUs, where the price came from."""
+    import json
+
+    cfg = _cfg(tmp_path, '[models."t4"]\nhardware_usd_per_gpu = 2500\n')
+    r = run_cli("analyze", "--data", str(mixed), "--config", str(cfg), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    models = {m["model"]: m for m in d["models"]}
+    assert set(models) == {"t4", "h100-sxm-80gb", "h100-nvl"}
+    assert models["t4"]["gpus"] == 3 and models["t4"]["known"] and not models["t4"]["assumed"]
+    assert models["t4"]["usd_per_gpu_hour"] == pytest.approx(0.526)
+    assert models["t4"]["hardware_usd_per_gpu"] == 2500 and models["t4"]["hardware_source"] == f"set in {cfg}"
+    assert "g4dn.xlarge" in models["t4"]["price_source"] and "2026-04-08" in models["t4"]["price_source"]
+    h100 = models["h100-sxm-80gb"]
+    assert h100["gpus"] == 2  # the MIG slice counts with its GPU
+    assert set(h100["gpu_names"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3 MIG 1g.10gb"}
+    nvl = models["h100-nvl"]
+    assert not nvl["known"] and nvl["assumed"] and nvl["price_source"].startswith("assumed: fleet default")
+    assert '[models."h100-nvl"]' in nvl["toml"]
+    assert load_config(_cfg(tmp_path, nvl["toml"] + "\n", "nvl.toml")).models["h100-nvl"].memory_bytes == 94 * 2**30
+    assert any('GPU model "h100-nvl"' in w and "not in the catalogue" in w for w in d["warnings"])
+    text = run_cli("analyze", "--data", str(mixed), "--config", str(cfg))
+    assert text.returncode == 0, text.stderr
+    line = next(x for x in text.stdout.splitlines() if x.startswith("model t4"))
+    assert "3 GPUs" in line and "Tesla T4" in line and "$0.53/GPU-h" in line and "hardware $2,500" in line
