@@ -14,7 +14,9 @@ def _source(spec: ModelSpec, figure: str) -> str:
     src = spec.sources.get(figure)
     if src is None:
         return ""
-    return src.text if not src.url else f"{spec.instance}: {src.text} ({src.date})"
+    if not src.url:  # set in a config file
+        return src.text
+    return (f"{spec.instance}: " if figure == "instance_usd_per_hour" else "") + f"{src.text} ({src.date})"
 
 
 def models_found(per_gpu: Table, cfg: Config) -> tuple[ModelFound, ...]:
