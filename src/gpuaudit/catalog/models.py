@@ -88,7 +88,7 @@ _DROP = frozenset({"nvidia", "tesla", ""})
 def _tokens(name: str) -> list[str]:
     s = name.strip().lower()
     if s.startswith("gpu:"):  # a Slurm gres string: gpu:<type>[:<count>]
-        s = s.split(":")[1] if s.count(":") >= 1 else s
+        s = s.split(":")[1]
     s = re.split(r"\bmig\b", s, maxsplit=1)[0]  # "NVIDIA H100 80GB HBM3 MIG 1g.10gb": the slice's parent
     return [t for t in re.split(r"[^a-z0-9]+", s) if t not in _DROP]
 
@@ -103,8 +103,8 @@ def _memory_gib(tokens: list[str], memory_bytes: int | None) -> float | None:
 
 def _rule(tokens: list[str], memory_bytes: int | None) -> str | None:
     t = set(tokens)
-    # tokens glued to their variant ("a100_80g" splits, "h100pcie" does not): look at prefixes too
-    def has(prefix: str) -> bool:
+
+    def has(prefix: str) -> bool:  # "h100" or a token glued to its variant ("h100pcie"), never "h1000"
         return any(tok == prefix or (tok.startswith(prefix) and not tok[len(prefix):].isdigit()) for tok in tokens)
     pcie = "pcie" in t or any(tok.endswith("pcie") for tok in tokens)
     if has("h200"):
