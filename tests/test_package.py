@@ -41,6 +41,7 @@ def test_wheel_contains_sql_and_templates(wheel: Path) -> None:
     for t in templates:
         assert f"gpuaudit/templates/{t.relative_to(REPO / 'templates')}" in names
     assert "gpuaudit/py.typed" in names  # PEP 561: type checkers use the package's own annotations
+    assert "gpuaudit/catalog/models.toml" in names  # issue 25: the GPU model catalogue is data in the package
 
 
 def test_wheel_runs_a_canned_query_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:

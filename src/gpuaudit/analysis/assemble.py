@@ -15,6 +15,7 @@ from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.breakeven import break_even_curve
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
 from gpuaudit.analysis.fleet import Measured
+from gpuaudit.analysis.modelsfound import models_found, warnings_for
 from gpuaudit.analysis.overrides import Applied
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
@@ -62,6 +63,8 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
     if fl.existing > fl.gpus:
         warnings.append(f"on_prem.owned_gpus ({fl.existing:,}) is more than the fleet's {fl.gpus:,} GPUs: set "
                         f"--fleet-gpus if some had no agent; owning the fleet keeps {fl.gpus:,} and sells the rest")
+    models = models_found(bd.per_gpu, cfg)
+    warnings += warnings_for(models)
     if not decision.agrees_with_costs:
         if decision.determined:
             warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
@@ -89,6 +92,7 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
         consolidation=consolidation,
         ledger=ledger,
         chargeback=charge,
+        models=models,
     )
 
 

@@ -13,11 +13,13 @@ import dataclasses
 import json
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from gpuaudit.catalog import FIGURES, ModelSpec, Source, catalogue, identify
 from gpuaudit.errors import GpuauditError
 from gpuaudit.util.smallfile import CONFIG_MAX_BYTES, read_small_text
 
@@ -121,6 +123,8 @@ class Config:
     analysis: AnalysisConfig
     preset: str = "default"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    # the GPU model catalogue (gpuaudit.catalog) with the file's [models."<key>"] overrides applied
+    models: dict[str, ModelSpec] = field(default_factory=catalogue)
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some values of one section changed (used by the sensitivity analysis)."""
@@ -134,7 +138,7 @@ _UNITS = {
     "confidence_level": "fraction", "sensitivity_fraction": "fraction", "growth_rates": "fraction/year",
     "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
     "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
-    "discount_rate_per_year": "fraction/year", "owned_age_years": "years",
+    "discount_rate_per_year": "fraction/year", "owned_age_years": "years", "memory_bytes": "bytes",
 }
 
 
@@ -271,6 +275,9 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
         layers.append((name, _parse(_preset_text(name), f"{name} preset")))
     if user:
         layers.append((where, user))
+    model_values: dict[str, dict[str, tuple[Any, str]]] = {}
+    for label, layer in layers:
+        _collect_models(layer.pop("models", None), label, model_values)
     for label, layer in layers:
         for section, values in layer.items():
             if section not in SECTIONS:
@@ -291,10 +298,102 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
                 merged[section][key] = value
                 sources[f"{section}.{key}"] = label
     built = {s: _build(SECTIONS[s], s, merged[s]) for s in SECTIONS}
-    cfg = Config(**built, preset=name, sources=sources)
+    models = _build_models(model_values, sources)
+    cfg = Config(**built, preset=name, sources=sources, models=models)
     check(cfg)
     check_plausible(cfg, frozenset(allow))
     return cfg
+
+
+def _model_meta(name: str) -> tuple[Any, Any]:
+    """(type, bounds metadata) of a per-model figure: the [cloud] / [on_prem] setting of the same name where
+    there is one, the fallback power's for the two board powers."""
+    for cls in (CloudConfig, OnPremConfig):
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                return get_type_hints(cls)[name], f.metadata
+    if name in ("idle_watts_per_gpu", "busy_watts_per_gpu"):
+        meta = next(f.metadata for f in dataclasses.fields(OnPremConfig) if f.name == "fallback_watts_per_gpu")
+        return float, meta
+    if name == "memory_bytes":
+        return int, {"min": 1, "max": 1e15}  # a petabyte on one board is a typo
+    raise KeyError(name)
+
+
+# What a model of the operator's own must give (memory is optional: only the right-sizing lever reads it).
+NEW_MODEL_FIGURES = tuple(f for f in FIGURES if f != "memory_bytes")
+
+
+def _collect_models(values: Any, label: str, out: dict[str, dict[str, tuple[Any, str]]]) -> None:
+    """Check one layer's [models."<key>"] tables: a catalogue key with known figures, or a new model that gives
+    every figure (the lines `model_toml_lines` prints); anything else is one error naming the key."""
+    if values is None:
+        return
+    if not isinstance(values, dict):
+        raise GpuauditError(f'config error: models must be tables ([models."t4"]), got {_show(values)}')
+    known = catalogue()
+    for key, table in values.items():
+        shown = f"models.{_cut(json.dumps(key))}"
+        if not isinstance(table, dict):
+            raise GpuauditError(f"config error: {shown} must be a table ([{shown}]), got {_show(table)}")
+        unknown = sorted(set(table) - set(FIGURES))
+        if unknown:
+            raise GpuauditError(f"config error: unknown key {shown}.{_cut(unknown[0])} in {label}; "
+                                f"known: {', '.join(FIGURES)}")
+        if key not in known and key not in out:
+            missing = [f for f in NEW_MODEL_FIGURES if f not in table]
+            if missing:
+                raise GpuauditError(
+                    f"config error: {shown} in {label} is not a model in the catalogue; known: "
+                    f"{', '.join(sorted(known))} (a model of your own needs every figure; missing: "
+                    f"{', '.join(missing)})")
+        for f, v in table.items():
+            hint, meta = _model_meta(f)
+            out.setdefault(key, {})[f] = (_number(f"{shown}.{f}", hint, v, meta), label)
+
+
+def _build_models(values: dict[str, dict[str, tuple[Any, str]]], sources: dict[str, str]) -> dict[str, ModelSpec]:
+    models = catalogue()
+    for key, figures in values.items():
+        blank: dict[str, Any] = dict.fromkeys(FIGURES)
+        base = models.get(key) or ModelSpec(key=key, name=key, instance="set in the config", **blank)
+        changed = {f: v for f, (v, _) in figures.items()}
+        spec_sources = {**base.sources, **{f: Source(text=f"set in {label}", url="", date="") for f, (_, label) in
+                                           figures.items()}}
+        models[key] = base.replace(**changed, sources=spec_sources)
+        for f, (_, label) in figures.items():
+            sources[f"models.{key}.{f}"] = label
+    return models
+
+
+def model_toml_lines(names: Iterable[str | tuple[str, int | None]], cfg: Config) -> list[str]:
+    """For the GPUs seen (reported names, or (name, memory_bytes) pairs), the TOML an operator adds to price each
+    model the catalogue does not know: one [models."<key>"] table with every figure, filled with the fleet
+    defaults ([cloud] / [on_prem]) that price it now (memory where it was reported). load_config reads the
+    lines as they are. Empty when every model is known or already configured."""
+    defaults = {
+        "instance_usd_per_hour": cfg.cloud.instance_usd_per_hour, "gpus_per_instance": cfg.cloud.gpus_per_instance,
+        "hardware_usd_per_gpu": cfg.on_prem.hardware_usd_per_gpu,
+        "idle_watts_per_gpu": cfg.on_prem.fallback_watts_per_gpu,
+        "busy_watts_per_gpu": cfg.on_prem.fallback_watts_per_gpu, "gpus_per_node": cfg.on_prem.gpus_per_node,
+    }
+    lines: list[str] = []
+    done: set[str] = set()
+    for item in names:
+        name, memory = item if isinstance(item, tuple) else (item, None)
+        key, known = identify(name, memory)
+        if known or key in done or key in cfg.models:
+            continue
+        done.add(key)
+        if lines:
+            lines.append("")
+        lines.append(f"[models.{json.dumps(key)}]  # reported as {json.dumps(str(name))}: replace the fleet defaults")
+        for f in NEW_MODEL_FIGURES:
+            v = defaults[f]
+            lines.append(f"{f} = {v:g}  # {unit_of(f)}" if isinstance(v, float) else f"{f} = {v}  # {unit_of(f)}")
+        if memory:
+            lines.append(f"memory_bytes = {int(memory)}  # {unit_of('memory_bytes')}, as reported")
+    return lines
 
 
 def check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
@@ -313,6 +412,20 @@ def check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
         if not lo <= value <= hi:
             raise GpuauditError(f"config error: {shown} is outside its plausible range {lo:g} to {hi:g} ({what}); "
                                 f"if it is right, add allow_implausible = [\"{key}\"] at the top of the file")
+    for key, (lo, hi, what) in PLAUSIBLE.items():  # the same ranges for each model's own prices
+        if key in allow or key not in ("cloud.list_usd_per_gpu_hour", "on_prem.hardware_usd_per_gpu"):
+            continue
+        for mkey, spec in cfg.models.items():
+            mvalue: float | None
+            if key == "cloud.list_usd_per_gpu_hour":
+                mvalue, shown = spec.usd_per_gpu_hour, "instance_usd_per_hour ÷ gpus_per_instance"
+            else:
+                mvalue, shown = spec.hardware_usd_per_gpu, "hardware_usd_per_gpu"
+            if mvalue is not None and not lo <= mvalue <= hi:
+                raise GpuauditError(
+                    f"config error: models.{json.dumps(mkey)}: {shown} = {mvalue:g} is outside its plausible range "
+                    f"{lo:g} to {hi:g} ({what}); if it is right, add allow_implausible = [\"{key}\"] at the top "
+                    "of the file")
 
 
 def _show(value: Any) -> str:

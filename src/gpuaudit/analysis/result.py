@@ -383,6 +383,28 @@ class Chargeback:
 
 
 @dataclass(frozen=True)
+class ModelFound:
+    """One GPU model in the data (issue 25): the names its GPUs reported (NVML, dcgm-exporter `modelName`, a
+    MIG slice's name), its key (gpuaudit.catalog), whether the catalogue knows it, the physical GPUs (distinct
+    host + GPU UUID; MIG slices count with their GPU), and where its prices come from: the catalogue's source
+    and date, the config file that set it, or "assumed: fleet default ..." where neither gives one. `toml`:
+    the [models."<key>"] lines to add to --config for a model the catalogue does not know ("" otherwise).
+    Until the cost model prices per model (issue 25 item 3) these are the model's prices, not yet the plan's."""
+
+    model: str
+    gpu_names: tuple[str, ...]
+    known: bool
+    gpus: int
+    instance: str
+    usd_per_gpu_hour: float
+    price_source: str
+    hardware_usd_per_gpu: float
+    hardware_source: str
+    assumed: bool
+    toml: str = ""
+
+
+@dataclass(frozen=True)
 class Breakdowns:
     """Breakdown tables (see each Table's columns for units).
 
@@ -773,6 +795,7 @@ class AnalysisResult:
     consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
     ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
     chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
+    models: tuple[ModelFound, ...] = ()  # the GPU models found (issue 25): reported name -> key, GPUs, prices
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self, rich=True)  # plain JSON-able values, stable keys

@@ -42,6 +42,15 @@ def _headline_lines(r: AnalysisResult) -> list[str]:
     return out
 
 
+def _model_lines(r: AnalysisResult) -> list[str]:
+    """The GPU models found: name as reported -> key, GPUs, where the price came from (issue 25)."""
+    return [f"model {m.model:<16} {m.gpus:>5} GPUs  ← {', '.join(m.gpu_names)}; "
+            f"${m.usd_per_gpu_hour:.2f}/GPU-h, hardware ${m.hardware_usd_per_gpu:,.0f}"
+            + ("" if m.known else " (not in the catalogue)")
+            + (" — assumed: fleet default" if m.assumed else f" — {m.instance}")
+            for m in r.models]
+
+
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
@@ -52,6 +61,7 @@ def summary(r: AnalysisResult) -> str:
     lines = [
         f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({t.days:.1f} days), {t.gpus} GPUs on "
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
+        *_model_lines(r),
         f"observed GPU-hours W      {u.observed_gpu_hours.value:,.1f}",
         f"runtime GPU-hours R       {u.runtime_gpu_hours.value:,.1f}",
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",

@@ -827,6 +827,15 @@ def _method(r: AnalysisResult) -> Section:
         numeric=(False, False),
         caption="Data coverage",
     )
+    models = ReportTable(
+        columns=("model", "GPUs", "reported as", "$ per GPU-hour", "price source", "hardware $ per GPU",
+                 "hardware source"),
+        rows=tuple((m.model + ("" if m.known else " (not in the catalogue)"), f"{m.gpus:,}", ", ".join(m.gpu_names),
+                    f"{m.usd_per_gpu_hour:,.2f}", m.price_source, f"{m.hardware_usd_per_gpu:,.0f}", m.hardware_source)
+                   for m in r.models),
+        numeric=(False, True, False, True, False, True, False),
+        caption="GPU models found (prices from the catalogue, your config, or the fleet defaults, assumed)",
+    )
     notes = tuple(q.warnings) + tuple(w for w in r.warnings if w not in q.warnings)
     lead = ("How every figure above was computed, from which rows, with which prices. Utilization is measured "
             "from SM activity (NVML GPM or DCGM), never inferred from runtime hours.")
@@ -834,7 +843,7 @@ def _method(r: AnalysisResult) -> Section:
     gpu_table = (_table(q.gpus, sort_by=gc.GAP_HOURS, limit=TOP_N, caption="Per-GPU coverage, largest gaps first",
                         columns=(gc.HOST, gc.GPU, gc.COVERAGE, gc.GAP_HOURS, gc.LAST_SAMPLE, gc.STOPPED_REPORTING))
                  if q.gpus.rows else None)
-    tables = (assumptions, definitions, coverage) + ((gpu_table,) if gpu_table else ())
+    tables = (assumptions, definitions, coverage, models) + ((gpu_table,) if gpu_table else ())
     return Section("method", "Method and assumptions", lead, tuple(figs), (), tables, notes)
 
 
