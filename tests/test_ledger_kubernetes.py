@@ -27,9 +27,9 @@ from tests.prom_helpers import START, PromServer, backfill, start_prometheus
 from gpuaudit.analysis.ledger import STATES, ledger
 from gpuaudit.analysis.stage1.rollup import load_rollups
 from gpuaudit.importer.kubernetes import import_kubernetes
-from gpuaudit.importer.mapping import build_mapping
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
+from gpuaudit.importer.prometheus.mapping import build_mapping
 
 pytestmark = pytest.mark.prometheus
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
