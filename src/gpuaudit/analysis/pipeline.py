@@ -202,7 +202,7 @@ def _apply_flags(cfg: Config, egress_gb_per_week: float | None, fleet_gpus: int 
         hi = bounds("analysis", "fleet_gpus")[1]
         if not 0 < fleet_gpus <= hi:
             raise GpuauditError(f"--fleet-gpus must be between 1 and {hi:,.0f}, got {fleet_gpus}")
-        cfg = cfg.replace("analysis", fleet_gpus=int(fleet_gpus))
+        cfg = _flag(cfg, "analysis", "fleet_gpus", int(fleet_gpus), "--fleet-gpus")
     return with_egress(cfg, egress_gb_per_week), _current(current)
 
 

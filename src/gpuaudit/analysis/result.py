@@ -597,8 +597,8 @@ class BreakEven:
 
     billed_utilization: u*, the billed-hour utilization (demand shaped as measured, scaled up or down) at which
       renting costs the same as owning the whole fleet (`own_reference`: "keep-the-owned-fleet" when every
-      fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between,
-      "keep-the-fleet-sell-the-rest" when more are owned than the fleet needs). Renting k × today's billed demand
+      fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between; more owned
+      than the fleet is refused). Renting k × today's billed demand
       costs rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute
       bill). None when nothing was billed, or with `never`.
     real_equivalent: u* × measured efficiency while held (S/R): the real utilization that corresponds at
