@@ -368,7 +368,7 @@ class Chargeback:
     """Showback per account, user, partition and namespace (analysis/chargeback.py): allocated, held and real
     GPU-hours, efficiency, the idle part and its cost at usd_per_gpu_hour (the configured cloud list price),
     ranked by that cost; rows of each table sum to the fleet totals. idle_jobs: jobs at 0 % for an hour or more,
-    and jobs that went idle after an active stretch."""
+    and jobs that went idle for an hour or more after an active stretch (chargeback.MIN_IDLE_HOURS)."""
 
     usd_per_gpu_hour: float
     by_account: Table
