@@ -182,16 +182,15 @@ def test_data_residency_break_even_and_what_ifs() -> None:
     assert r.break_even.verdict == "on-prem"
 
 
-def test_more_owned_gpus_than_the_fleet_are_compared_fairly() -> None:
-    """owned_gpus = 40 on a 16-GPU fleet: break-even compared renting with keeping all 40 ("never") though
-    owning the 16-GPU fleet costs less than renting it fully held. Owning the fleet keeps 16 and sells the rest,
-    and a warning says the count exceeds the fleet."""
+def test_more_owned_gpus_than_the_fleet_are_refused() -> None:
+    """owned_gpus = 40 on a 16-GPU fleet: break-even once compared renting with keeping all 40, then a warning
+    said owning "keeps 16 and sells the rest" while staying as is paid for 40. The owned GPUs are part of the
+    fleet: more than the fleet is refused (issue 26.6; the CLI's one line: tests/test_fleet_inputs.py)."""
     cfg = load_config().replace("on_prem", owned_gpus=40)
-    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg)
-    be = r.break_even
-    assert not be.never
-    assert be.own_usd <= _total(r, "all-on-prem") + 1.0 or _scenarios(r)["all-on-prem"].owned_gpus < 16
-    assert any("owned_gpus" in w and "40" in w for w in r.warnings)
+    with pytest.raises(GpuauditError, match=r"on_prem.owned_gpus = 40 is more than the fleet's 16 GPUs"):
+        analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg)
+    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg, overrides=Overrides(fleet_gpus=40))
+    assert r.costs.fleet_gpus == 40 and r.costs.owned_gpus == 40
 
 
 def test_cloud_today_with_owned_gpus_keeps_them_in_staying() -> None:

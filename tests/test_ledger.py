@@ -174,6 +174,47 @@ def test_idle_jobs_zero_util_allocated_unused_and_idle_after_active() -> None:
     assert listed["701"]["idle_gpu_hours"] == pytest.approx(2.0)
 
 
+def test_idle_after_an_active_stretch_needs_a_whole_idle_hour() -> None:
+    """Issue 26.8: a job active for an hour that then held its GPU idle for 15 minutes into the next clock hour
+    was listed "idle after an active stretch" (0.25 GPU-h): it counted clock hours touched, not idle wall time.
+    The documented threshold is at least one idle hour (MIN_IDLE_HOURS) of wall time."""
+    from gpuaudit.analysis.chargeback import MIN_IDLE_HOURS
+
+    def job(gpu: str, held_min: int, job_id: str) -> tuple[list, list]:  # type: ignore[type-arg]
+        g = gpu_rows("n1", gpu, N, sm=lambda i: 0.6 if i < HOUR else 0.0, procs=lambda i: int(i < held_min))
+        return g, proc_rows("n1", gpu, ends(g, lambda i: i < held_min), job_id=job_id)
+
+    short, short_p = job("g0", HOUR + HOUR // 4, "800")  # idle 15 min after the active hour
+    long_, long_p = job("g1", 2 * HOUR + HOUR // 4, "801")  # idle 75 min
+    charge, _ = _charge([], short + long_, short_p + long_p)
+    listed = {r["job"]: r for r in charge.idle_jobs.rows}
+    assert listed.keys() == {"801"}
+    assert listed["801"]["reason"] == "idle after an active stretch"
+    assert listed["801"]["idle_gpu_hours"] == pytest.approx(1.25)
+    assert all(r["idle_gpu_hours"] >= MIN_IDLE_HOURS - 1e-9 for r in charge.idle_jobs.rows)
+
+
+def test_cli_idle_jobs_are_idle_for_an_hour_or_more(tmp_path: Path) -> None:
+    """Issue 26.8 through the CLI: `report --by user` on a simulated fleet whose idle-jobs.csv listed a job
+    idle 0.53 GPU-h "after an active stretch"; every row idles at least one GPU-hour (an hour of wall time on
+    at least one GPU)."""
+    import csv
+
+    from tests.helpers import run_cli
+
+    root = tmp_path / "d"
+    r = run_cli("simulate", "--gpus", "16", "--days", "3", "--interval", "60", "--seed", "0", "--start",
+                "2026-11-03", "--data", str(root))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("report", "--data", str(root), "--out", str(tmp_path / "out"), "-f", "json", "--by", "user",
+                "--quiet")
+    assert r.returncode == 0, r.stderr
+    with (tmp_path / "out" / "idle-jobs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    short = [x for x in rows if float(x["idle_gpu_hours"]) < 0.99]
+    assert short == []
+
+
 def test_cli_report_by_writes_chargeback_csv_and_json(tmp_path: Path) -> None:
     import csv
     import json

@@ -29,8 +29,7 @@ pytestmark = pytest.mark.chromium
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
-REFERENCE_KEYS = ("buy-the-fleet", "keep-the-owned-fleet", "keep-owned-and-buy-the-rest",
-                  "keep-the-fleet-sell-the-rest")
+REFERENCE_KEYS = ("buy-the-fleet", "keep-the-owned-fleet", "keep-owned-and-buy-the-rest")
 
 # Every visible chart text whose box runs past its SVG's box, or intersects another text's box of the same
 # chart by more than 2 px both ways (a pixel or two is the ascent/descent padding of adjacent lines).

@@ -26,10 +26,14 @@ def _say(message: str) -> None:
 def require_dataset(root: Path | str) -> None:
     """Refuse a dataset root that does not exist (a directory, or an s3:// URL) with the one message."""
     from gpuaudit.store import dataset_exists
+    from gpuaudit.util import paths
 
     if not dataset_exists(root):
         raise NoDataError(f"no dataset at {root}: use --data DIR or set GPUAUDIT_DATA; record one with "
                           "`gpuaudit agent run`, import one with `gpuaudit import prometheus`, or try `gpuaudit demo`")
+    if not paths.as_url(root) and not Path(root).is_dir():  # issue 26.14: a file is not a dataset
+        raise NoDataError(f"--data {root} is a file, not a directory: give the dataset's root directory (the one "
+                          "`gpuaudit simulate`, `gpuaudit agent run` or `gpuaudit import` wrote)")
 
 
 def analyze(root: Path | str, config: Path | None = None, preset: str | None = None,

@@ -59,10 +59,6 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     warnings = list(dq.warnings)
-    fl = block.fleet
-    if fl.existing > fl.gpus:
-        warnings.append(f"on_prem.owned_gpus ({fl.existing:,}) is more than the fleet's {fl.gpus:,} GPUs: set "
-                        f"--fleet-gpus if some had no agent; owning the fleet keeps {fl.gpus:,} and sells the rest")
     models = models_found(bd.per_gpu, cfg)
     warnings += warnings_for(models)
     if not decision.agrees_with_costs:

@@ -35,8 +35,9 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     compute bill. Scaling the bill, not the demand, keeps instance billing from turning u* into the point where
     one more instance-hour tips the sum."""
     n_ref = fl.gpus
-    ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing == fl.gpus else
-           "keep-owned-and-buy-the-rest" if fl.existing < fl.gpus else "keep-the-fleet-sell-the-rest")
+    # never more owned than the fleet: fleet() refuses that (issue 26.6)
+    ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing >= fl.gpus else
+           "keep-owned-and-buy-the-rest")
     watts = power.watts(held, float(n_ref))
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])

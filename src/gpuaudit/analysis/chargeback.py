@@ -27,7 +27,7 @@ NO_ALLOC = "(no allocation)"
 NO_PROCESS = "(no process)"
 UNATTRIBUTED = "(unattributed)"
 ZERO_UTIL_BELOW = 0.01  # SM activity below 1 % while held is "0 %"
-MIN_IDLE_HOURS = 1.0
+MIN_IDLE_HOURS = 1.0  # idle-jobs lists a job idle for at least this much wall time (hours): the one threshold
 SRC = "gpu_allocations + gpu_processes attribution of gpu_samples GPU-hours"
 
 
@@ -124,8 +124,9 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
 
 
 def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: float) -> Table:
-    """Jobs that held (or were allocated) GPUs at 0 % SM activity for at least an hour, and jobs that went idle
-    after an active stretch (the last hours held with SM activity < 1 % after an hour at or above it)."""
+    """Jobs that held (or were allocated) GPUs at 0 % SM activity for at least MIN_IDLE_HOURS of wall time, and
+    jobs that went idle after an active stretch (the clock hours held after the last with SM activity ≥ 1 %, for
+    at least MIN_IDLE_HOURS of wall time in all)."""
     real = jobs.filter(pl.col("source") != "user")
     width = pl.max_horizontal(pl.col("gpus_used").fill_null(0), pl.col("alloc_gpus").fill_null(0), pl.lit(1))
     zero = real.filter(
@@ -141,10 +142,13 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
         "jkey", "hour_s")
     last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
                                                                   pl.len().alias("active_hours"))
+    # the idle tail's wall time: each clock hour's held seconds ÷ the GPUs held in it (a job idle for the first
+    # 15 minutes of a new hour idled 0.25 h, not the hour it touched; issue 26.8)
     tail = ph.join(last_active, on="jkey").filter(pl.col("hour_s") > pl.col("last_active_s")).group_by("jkey").agg(
-        pl.len().alias("idle_hours"), (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))
+        (pl.col("held_s") / pl.max_horizontal(pl.col("gpus"), pl.lit(1))).sum().alias("idle_wall_s"),
+        (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))
     went = real.join(last_active, on="jkey").join(tail, on="jkey").filter(
-        (pl.col("idle_hours") >= MIN_IDLE_HOURS) & ~pl.col("jkey").is_in(zero["jkey"].to_list())
+        (pl.col("idle_wall_s") >= MIN_IDLE_HOURS * H - 1e-6) & ~pl.col("jkey").is_in(zero["jkey"].to_list())
     ).with_columns(pl.lit("idle after an active stretch").alias("reason"),
                    (pl.col("tail_idle_s") / H).alias("idle_gpu_hours"),
                    pl.col("active_hours").cast(pl.Float64))
@@ -162,8 +166,8 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
                              (pl.col("real_s") / H).alias("real_gpu_hours"),
                              (pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
         ["idle_usd", "job"], descending=[True, False])
-    return Table("idle_jobs", "Jobs that held GPUs at 0 % for at least an hour, or went idle after an active "
-                 "stretch (Job Defense Shield style), most costly first.", cols,
+    return Table("idle_jobs", "Jobs that held GPUs at 0 % for at least an hour, or went idle for at least an "
+                 "hour after an active stretch (Job Defense Shield style), most costly first.", cols,
                  tuple(both.select([c.name for c in cols]).to_dicts()), SRC)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.result import Deployment
+from gpuaudit.errors import GpuauditError
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,27 @@ def _elastic_capacity(m: Measured) -> float:
     return float(m.elastic_reporting.max())
 
 
+def _stated(cfg: Config, dotted: str, value: int) -> str:
+    """How the user stated a setting, for an error line: `--fleet-gpus 4`, or `key = value (in FILE)`."""
+    origin = cfg.sources.get(dotted, "default")
+    if origin.startswith("--"):
+        return f"{origin} {value:,}"
+    return f"{dotted} = {value:,}" + ("" if origin in ("default", cfg.preset) else f" (in {origin})")
+
+
+def _check_stated(cfg: Config, configured: int, physical: int, owned: int, gpus: int) -> None:
+    """A stated fleet holds at least the GPUs that reported, and the GPUs owned today are part of the fleet:
+    anything else prices a fleet that is not the one measured (issue 26.5, 26.6), so it is refused."""
+    if configured and configured < physical:
+        raise GpuauditError(f"{_stated(cfg, 'analysis.fleet_gpus', configured)} is fewer than the {physical:,} GPUs "
+                            "seen in the data: the fleet holds at least every GPU that reported (give the whole "
+                            "fleet, or leave it out to use the GPUs seen)")
+    if owned > gpus:
+        raise GpuauditError(f"{_stated(cfg, 'on_prem.owned_gpus', owned)} is more than the fleet's {gpus:,} GPUs: "
+                            "the GPUs owned are part of the fleet; lower owned_gpus, or give the whole fleet with "
+                            "--fleet-gpus (analysis.fleet_gpus) if some GPUs had no agent")
+
+
 def fleet(cfg: Config, m: Measured) -> Fleet:
     configured = cfg.analysis.fleet_gpus
     elastic = _elastic_capacity(m)
@@ -77,6 +99,7 @@ def fleet(cfg: Config, m: Measured) -> Fleet:
     gpus = configured or max(1, physical)
     capacity = float(configured) if configured else max(seen, 1e-9)
     owned = cfg.on_prem.owned_gpus
+    _check_stated(cfg, configured, physical, owned, gpus)
     existing = owned if owned >= 0 else (gpus if m.current is Deployment.ON_PREM else 0)
     return Fleet(capacity, gpus, existing, cfg.on_prem.owned_age_years, min(elastic, capacity))
 

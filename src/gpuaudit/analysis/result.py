@@ -368,7 +368,7 @@ class Chargeback:
     """Showback per account, user, partition and namespace (analysis/chargeback.py): allocated, held and real
     GPU-hours, efficiency, the idle part and its cost at usd_per_gpu_hour (the configured cloud list price),
     ranked by that cost; rows of each table sum to the fleet totals. idle_jobs: jobs at 0 % for an hour or more,
-    and jobs that went idle after an active stretch."""
+    and jobs that went idle for an hour or more after an active stretch (chargeback.MIN_IDLE_HOURS)."""
 
     usd_per_gpu_hour: float
     by_account: Table
@@ -619,8 +619,8 @@ class BreakEven:
 
     billed_utilization: u*, the billed-hour utilization (demand shaped as measured, scaled up or down) at which
       renting costs the same as owning the whole fleet (`own_reference`: "keep-the-owned-fleet" when every
-      fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between,
-      "keep-the-fleet-sell-the-rest" when more are owned than the fleet needs). Renting k × today's billed demand
+      fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between; more owned
+      than the fleet is refused). Renting k × today's billed demand
       costs rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute
       bill). None when nothing was billed, or with `never`.
     real_equivalent: u* × measured efficiency while held (S/R): the real utilization that corresponds at

@@ -58,7 +58,7 @@ EngineOption = typer.Option(
          "or a local session; pip install 'gpuaudit\\[spark]'). Same figures either way.")
 FleetOption = typer.Option(
     None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
-    "measured demand is scaled to it."
+    "measured demand is scaled to it; at least the GPUs seen."
 )
 
 

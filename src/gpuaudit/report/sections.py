@@ -623,7 +623,6 @@ _REFERENCE_WORDS = {
     "buy-the-fleet": "buying the whole fleet",
     "keep-the-owned-fleet": "keeping the GPUs owned today",
     "keep-owned-and-buy-the-rest": "keeping the GPUs owned today and buying the rest of the fleet",
-    "keep-the-fleet-sell-the-rest": "keeping the fleet's GPUs and selling the surplus",
 }
 
 
