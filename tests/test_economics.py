@@ -189,7 +189,8 @@ def test_more_owned_gpus_than_the_fleet_are_refused() -> None:
     cfg = load_config().replace("on_prem", owned_gpus=40)
     with pytest.raises(GpuauditError, match=r"on_prem.owned_gpus = 40 is more than the fleet's 16 GPUs"):
         analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg)
-    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg, overrides=Overrides(fleet_gpus=40))
+    r = analyze_rollups(rollups(_fleet(16, sm=0.2, procs=lambda i: int(i % 10 < 6))), cfg,
+                        overrides=Overrides(fleet_gpus=40))
     assert r.costs.fleet_gpus == 40 and r.costs.owned_gpus == 40
 
 
