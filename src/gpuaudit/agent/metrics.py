@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpuaudit import __version__
@@ -38,6 +38,9 @@ NAMES = ("gpuaudit", "dcgm", "both")
 REQUEST_TIMEOUT_S = 5.0  # a connection idle (or trickling) this long is closed
 MAX_CONNECTIONS = 4  # scrapes served at once; Prometheus sends one per target at a time
 MIB = 1024 * 1024
+# Text format 0.0.4: every name here is a classic one, so the body is the same as 1.0.0's, and every
+# Prometheus (2.x included) and scraper reads this type.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 GPU_LABELS = ("host", "gpu_uuid", "gpu_index", "gpu_name", "mig_instance", "mig_profile")
 # The dataset's column names: none clashes with a label Prometheus or the Operator attaches to a target (job,
@@ -277,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         out = generate_latest(self.server.registry)
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         if body:
