@@ -125,6 +125,7 @@ def test_exposition_passes_promtool_check_metrics(agent: Running) -> None:
 def test_interval_averages_labels_and_holders(agent: Running) -> None:
     """28 (a): the last interval's averages per GPU, the agent's counters, and a holders series only for
     what each GPU held (GPU 2 held nothing: no holder series)."""
+    assert agent.state.wait_updates(8, timeout_s=60)  # past the first 1 s flush
     fam = _families(_scrape(agent.url))
     sm = {s.labels["gpu_index"]: s for s in fam["gpuaudit_gpu_sm_active_ratio"].samples}
     assert set(sm) == {"0", "1", "2", "3"}
@@ -140,6 +141,7 @@ def test_interval_averages_labels_and_holders(agent: Running) -> None:
     assert len(energy) == 4 and all(e > 0 for e in energy)
     counters = {s.name: s.value for f in fam.values() for s in f.samples if s.name.startswith("gpuaudit_agent_")}
     assert counters["gpuaudit_agent_intervals_total"] >= 2 and counters["gpuaudit_agent_samples_total"] >= 8
+    assert counters["gpuaudit_agent_flushes_total"] >= 1 and counters["gpuaudit_agent_rows_written_total"] >= 4
     assert counters["gpuaudit_agent_cpu_seconds_total"] > 0 and counters["gpuaudit_agent_peak_rss_bytes"] > 1e6
 
 
@@ -409,3 +411,16 @@ def test_systemd_metrics_drop_in_verifies(tmp_path: Path) -> None:
     exec_start = next(ln for ln in drop_in.splitlines() if ln.startswith("ExecStart=/"))
     host, _port = metrics.parse_listen(exec_start.split("--metrics-listen ")[1].split()[0])
     assert host == "127.0.0.1"
+
+
+def test_cli_port_in_use_is_one_line(tmp_path: Path) -> None:
+    """28 (a): a port another process holds is one line, exit 2, and the agent lock is released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_cli("agent", "run", "--simulate", "static", "--simulate-gpus", "1", "--once", "--data",
+                    str(tmp_path), "--metrics-listen", f"127.0.0.1:{port}")
+    one_error_line(r, f"--metrics-listen 127.0.0.1:{port}: cannot listen")
+    r = run_cli("agent", "run", "--simulate", "static", "--simulate-gpus", "1", "--once", "--data", str(tmp_path))
+    assert r.returncode == 0, r.stderr
