@@ -101,6 +101,64 @@ def _measure(work: Path, interval_s: float, window_s: float, flush_s: float) -> 
     return res
 
 
+def _measure_endpoint(work: Path, window_s: float, flush_s: float, scrape_s: float = 15.0) -> dict[str, float]:
+    """Issue 28: two agents side by side at 1 s, 8 GPUs: one plain, one with --metrics-listen (both names)
+    scraped every `scrape_s` by this process, as Prometheus would."""
+    import threading
+    import urllib.request
+
+    sys.path.insert(0, str(REPO))
+    from tests.prom_helpers import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    port = free_port()
+    base = [sys.executable, "-m", "gpuaudit", "agent", "run", "--simulate", "static", "--simulate-gpus", str(N_GPUS),
+            "--interval", "1", "--flush-interval", str(flush_s)]
+    procs = {
+        "off": subprocess.Popen([*base, "--data", str(work / "ep-off"), "--host", "bench-off"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO),
+        "on": subprocess.Popen([*base, "--data", str(work / "ep-on"), "--host", "bench-on",
+                                "--metrics-listen", f"127.0.0.1:{port}", "--metrics-names", "both"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO),
+    }
+    stop = threading.Event()
+    scrapes = {"ok": 0, "bytes": 0}
+
+    def scraper() -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    scrapes["bytes"] = len(r.read())
+                    scrapes["ok"] += 1
+            except OSError:
+                pass
+            stop.wait(scrape_s)
+
+    th = threading.Thread(target=scraper, daemon=True)
+    try:
+        time.sleep(4.0)  # start-up (imports) is not steady state
+        th.start()
+        c0 = {k: _cpu_s(p.pid) for k, p in procs.items()}
+        t0 = time.monotonic()
+        time.sleep(window_s)
+        c1 = {k: _cpu_s(p.pid) for k, p in procs.items()}
+        wall = time.monotonic() - t0
+        res = {f"{k}_cpu_pct": 100 * (c1[k] - c0[k]) / wall for k in procs}
+        res.update({f"{k}_rss_mb": _hwm_mb(p.pid) for k, p in procs.items()})
+        res.update(scrapes=float(scrapes["ok"]), scrape_bytes=float(scrapes["bytes"]))
+    finally:
+        stop.set()
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return res
+
+
 def _sample_cost_ms(quick: bool) -> tuple[float, float]:
     """CPU ms for one interval of 8 GPUs in-process (sampler only), and a point poll of the same GPUs."""
     from gpuaudit.agent.nvml import Nvml
@@ -165,6 +223,17 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
             "agent process", r["agent_rss_mb"], None, None,
             "the short-lived forked writer (DuckDB connection + Parquet write), shared pages included; "
             "lives < 0.2 s per flush"))
+    r = _measure_endpoint(work, window_s, flush_s)
+    note = (f"{N_GPUS} fake H100s at 1 s, static load, side by side in one {window_s:g} s window; the endpoint "
+            f"(--metrics-names both, {int(r['scrape_bytes'])} bytes) scraped every 15 s, {int(r['scrapes'])} scrapes")
+    figures.append(_fig(
+        f"agent CPU, {N_GPUS} GPUs, 1 s, metrics endpoint on", r["on_cpu_pct"], "% of one core",
+        "the same agent, endpoint off", r["off_cpu_pct"], f"<= {CPU_TARGET_PCT} %",
+        r["on_cpu_pct"] <= CPU_TARGET_PCT, note))
+    figures.append(_fig(
+        f"agent peak RSS, {N_GPUS} GPUs, 1 s, metrics endpoint on", r["on_rss_mb"], "MB",
+        "the same agent, endpoint off", r["off_rss_mb"], f"<= {RSS_TARGET_MB:g} MB",
+        r["on_rss_mb"] <= RSS_TARGET_MB, note + "; VmHWM"))
     agent_ms, poll_ms = _sample_cost_ms(quick)
     figures.append(_fig(
         f"sampler CPU per interval, {N_GPUS} GPUs", agent_ms, "ms", "point poll of the same GPUs", poll_ms,

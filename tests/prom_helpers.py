@@ -233,9 +233,11 @@ def backfill(promtool: str, openmetrics: Path, tsdb: Path) -> None:
                     str(openmetrics), str(tsdb)], check=True, capture_output=True, timeout=300)
 
 
-def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float = 60) -> PromServer:
+def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float = 60,
+                     config_text: str = "global:\n  scrape_interval: 1h\n") -> PromServer:
+    """A Prometheus on 127.0.0.1 (a free port); by default with no scrape targets."""
     config = work / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n", encoding="utf-8")  # no scrape targets
+    config.write_text(config_text, encoding="utf-8")
     port = free_port()
     log = work / "prometheus.log"
     with log.open("wb") as out:

@@ -138,6 +138,10 @@ def test_lean_install_runs_the_agent_without_the_analysis_stack(lean_venv: Path,
              "--data", str(data), "--upload", str(shared), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert len(list((shared / "gpu_samples").rglob("*.parquet"))) == 2
+    # --metrics-listen (issue 28): prometheus-client is in the base install
+    r = _run(lean_venv, "agent", "run", "--simulate", "static", "--once", "--interval", "0.5", "--host", "n2",
+             "--data", str(tmp_path / "data-metrics"), "--metrics-listen", "127.0.0.1:0", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
     r = _run(lean_venv, "agent", "status", "--simulate", "static", "--host", "n1", "--json", "--data", str(data),
              cwd=tmp_path)
     assert r.returncode in (0, 3), r.stderr  # 3: NVML works, no agent running now (the --once runs ended)

@@ -138,6 +138,8 @@ class Flusher:
         self.last_flush: datetime | None = None
         self.last_error: str | None = None
         self.rows_written = 0
+        self.flushes = 0  # successful flushes and failed attempts, for the metrics endpoint
+        self.flush_failures = 0
         self._seq = 0
 
     def due_for_retry(self) -> bool:
@@ -171,6 +173,7 @@ class Flusher:
             run_forked(write) if self.fork else write()
         except Exception as e:  # disk full, unwritable, anything: keep the rows, retry later, never crash
             self.failures += 1
+            self.flush_failures += 1
             delay = min(BACKOFF_MIN_S * 2 ** (self.failures - 1), BACKOFF_MAX_S)
             self.retry_at = self.clock() + delay
             self.last_error = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -190,6 +193,7 @@ class Flusher:
         self.last_error = None
         self.last_flush = datetime.now(UTC)
         self.rows_written += len(samples) + len(processes)
+        self.flushes += 1
         event("flush", logging.DEBUG, samples=len(samples), processes=len(processes), root=self.root)
         if self.on_flush is not None:
             self.on_flush()

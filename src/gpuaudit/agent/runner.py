@@ -66,6 +66,9 @@ class AgentConfig:
     upload: str | None = None  # --upload: a collection target each flush is pushed to (agent/upload.py)
     upload_endpoint_url: str | None = None
     delete_after_upload: bool = False
+    metrics_listen: str | None = None  # --metrics-listen HOST:PORT (agent/metrics.py); off by default
+    metrics_allow_remote: bool = False
+    metrics_names: str = "gpuaudit"
 
     def validate(self) -> None:
         if not INTERVAL_MIN_S <= self.interval_s <= INTERVAL_MAX_S:  # also refuses nan
@@ -83,6 +86,12 @@ class AgentConfig:
             from gpuaudit.agent.upload import check_target
 
             check_target(self.root, self.upload)
+        if self.metrics_listen is not None:
+            from gpuaudit.agent.metrics import NAMES, parse_listen
+
+            parse_listen(self.metrics_listen, self.metrics_allow_remote)
+            if self.metrics_names not in NAMES:
+                raise GpuauditError(f"--metrics-names must be one of {', '.join(NAMES)}, got {self.metrics_names!r}")
 
 
 # The most the stamps may lead the wall clock after it stepped back: half the readers' bound on a future ts
@@ -161,6 +170,13 @@ class Agent:
         self.intervals = 0
         self.overruns = 0
         self.extra_status = extra_status or {}
+        self.metrics: Any = None  # agent/metrics.MetricsState when --metrics-listen is given
+        self.metrics_server: Any = None
+        self.samples = 0
+        if config.metrics_listen is not None:
+            from gpuaudit.agent.metrics import MetricsState
+
+            self.metrics = MetricsState(config.host)
         prev = self._read_status()
         after = None
         if prev and prev.get("last_ts"):
@@ -274,8 +290,22 @@ class Agent:
             self.nvml.shutdown()
             raise
         try:
+            if self.metrics is not None:
+                from gpuaudit.agent.metrics import MetricsServer, parse_listen
+
+                host, port = parse_listen(str(self.config.metrics_listen), self.config.metrics_allow_remote)
+                try:
+                    self.metrics_server = MetricsServer(host, port, self.metrics, self.config.metrics_names)
+                except BaseException:
+                    self.nvml.shutdown()
+                    raise
+                self.metrics_server.start()
+                event("metrics_listen", address=f"{host}:{self.metrics_server.port}",
+                      names=self.config.metrics_names)
             return self._run()
         finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.lock.release()
 
     def _run(self) -> dict[str, Any]:
@@ -316,6 +346,9 @@ class Agent:
                 rows, procs = [], []
             self.buffer.add(rows, procs)
             self.intervals += 1
+            self.samples += len(rows)
+            if self.metrics is not None:
+                self.metrics.update(rows, procs, self._counters())
             if not self.sampler.units and now >= next_rediscover:
                 next_rediscover = now + REDISCOVER_EMPTY_S
                 self._discover()
@@ -334,6 +367,13 @@ class Agent:
                 self._write_status()
                 next_flush = self.mono() + cfg.flush_interval_s
         return self._finish()
+
+    def _counters(self) -> dict[str, float]:
+        """The agent's counters as the metrics endpoint shows them (flushes as of the last interval end)."""
+        f = self.flusher
+        return {"intervals": self.intervals, "samples": self.samples, "flushes": f.flushes,
+                "flush_failures": f.flush_failures, "rows_written": f.rows_written,
+                "dropped_rows": self.buffer.dropped, "overruns": self.overruns, "buffered_rows": len(self.buffer)}
 
     def _finish(self) -> dict[str, Any]:
         self.flusher.flush()

@@ -69,6 +69,15 @@ def run(
         "background process; see `gpuaudit push`."),
     endpoint_url: str | None = EndpointOption,
     delete_after_upload: bool = DeleteOption,
+    metrics_listen: str | None = typer.Option(
+        None, "--metrics-listen", metavar="HOST:PORT",
+        help="Serve the interval averages as Prometheus metrics on HOST:PORT (off by default; a loopback "
+        "address unless --metrics-allow-remote). Names: agents/README.md."),
+    metrics_allow_remote: bool = typer.Option(
+        False, "--metrics-allow-remote", help="Allow --metrics-listen on a non-loopback address."),
+    metrics_names: str = typer.Option(
+        "gpuaudit", "--metrics-names", metavar="gpuaudit|dcgm|both",
+        help="Metric names: gpuaudit's, dcgm-exporter's (existing dashboards work), or both."),
 ) -> None:
     """Sample every GPU each interval and write interval averages to the dataset (until SIGTERM; SIGHUP
     flushes now). One agent per host and data directory."""
@@ -82,7 +91,9 @@ def run(
         upload = collection_target(upload, "--upload")
     config = AgentConfig(root=data_path(data), interval_s=interval, flush_interval_s=flush_interval,
                          duration_s=duration, once=once, host=host or "", max_buffer_rows=max_buffer_rows,
-                         upload=upload, upload_endpoint_url=endpoint_url, delete_after_upload=delete_after_upload)
+                         upload=upload, upload_endpoint_url=endpoint_url, delete_after_upload=delete_after_upload,
+                         metrics_listen=metrics_listen, metrics_allow_remote=metrics_allow_remote,
+                         metrics_names=metrics_names)
     config.validate()
     nvml, fake = _nvml(simulate, simulate_hardware, simulate_gpus, seed, interval, config.host)
     extra: dict[str, Any] = {"simulated": {"scenario": simulate, "hardware": simulate_hardware}} if fake else {}
