@@ -53,9 +53,11 @@ def analyze(
     latency_sensitive_share: float | None = None,
     threads: int | None = None,
     engine: str = "duckdb",
+    cache: bool = True,
 ) -> AnalysisResult:
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
-    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups."""
+    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups.
+    `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot."""
     if engine not in ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     cfg = config or load_config()
@@ -66,7 +68,7 @@ def analyze(
 
         roll = load_spark_rollups(root)
     else:
-        roll = load_rollups(root, threads=threads)
+        roll = load_rollups(root, threads=threads, cache=cache)
     return analyze_rollups(roll, cfg, root=str(root), latency_sensitive=latency_sensitive,
                            data_residency=data_residency, egress_gb_per_week=egress_gb_per_week, current=current,
                            fleet_gpus=fleet_gpus, latency_sensitive_share=latency_sensitive_share)

@@ -16,6 +16,7 @@ from gpuaudit.cli._common import (
     FleetOption,
     LatencyOption,
     LatencyShareOption,
+    NoCacheOption,
     PresetOption,
     ResidencyOption,
     data_source,
@@ -38,6 +39,7 @@ def analyze_cmd(
     current: str = CurrentOption,
     fleet_gpus: int | None = FleetOption,
     engine: str = EngineOption,
+    no_cache: bool = NoCacheOption,
 ) -> None:
     """Analyze the dataset: real vs runtime-hour utilization, the cloud / hybrid / on-prem decision, costs.
 
@@ -50,4 +52,5 @@ def analyze_cmd(
     print_analysis(data_source(data), as_json=as_json, config=config, preset=preset,
                    latency_sensitive=latency_sensitive, latency_sensitive_share=latency_sensitive_share,
                    data_residency=data_residency,
-                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus, engine=engine)
+                   egress_gb_per_week=egress_gb_per_week, current=current, fleet_gpus=fleet_gpus, engine=engine,
+                   cache=not no_cache)

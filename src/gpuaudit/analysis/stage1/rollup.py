@@ -12,14 +12,17 @@ polars frames, whichever engine ran the SQL (DuckDB here; the same files run on 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import polars as pl
 
 from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
 from gpuaudit.util.resources import load_sql
+
+log = logging.getLogger("gpuaudit.analysis")
 
 QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
 DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
@@ -75,19 +78,41 @@ class DuckDBEngine:
         return self.ds.query(sql)  # type: ignore[attr-defined]
 
 
-def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
+def load_rollups(root: Path | str, threads: int | None = None, *, cache: bool = True) -> Rollups:
+    """Stage 1 over the dataset at `root`. `cache`: use the rollup cache (stage1/cache.py) when it holds this
+    exact snapshot, and fill it after a cold run; False (`--no-cache`): a cold run that leaves the cache alone."""
+    from gpuaudit.analysis.stage1 import cache as rcache
+
+    found = rcache.lookup(root) if cache else None
+    if found is not None and found.hit is not None:
+        for line in (*found.hit.skipped_files, *found.hit.rejected_rows):  # as a cold run says them
+            log.warning("%s", line)
+        return found.hit
+    roll, before, after = _cold(root, threads, snapshot=found is not None)
+    if found is not None and before == after and rcache.cacheable(roll):
+        rcache.store(found.directory, rcache.key_of(after, found.code), roll)
+    return roll
+
+
+def _cold(root: Path | str, threads: int | None, *, snapshot: bool) -> tuple[Rollups, Any, Any]:
+    """Stage 1 read from the files; with `snapshot`, the identities of the files it listed at open and at the
+    end (equal: no writer changed them while it read)."""
     from gpuaudit import schema
+    from gpuaudit.analysis.stage1 import cache as rcache
     from gpuaudit.store import open_dataset
 
     with open_dataset(root, threads=threads) as ds:
+        before = rcache.identities(root, rcache.dataset_files(ds)) if snapshot else None
         engine = DuckDBEngine(ds)
         roll = rollups_from(engine)
         # Rows stage 1 saw through the views, against the files' footers: a clean dataset needs no extra scan.
         seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
         shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
         rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
-        return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
+        roll = dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
                                    rejected_rows=rows)
+        after = rcache.identities(root, rcache.dataset_files(ds)) if snapshot else None
+        return roll, before, after
 
 
 def rollups_from(engine: Engine) -> Rollups:
