@@ -253,3 +253,24 @@ def test_s3_dataset_cache_lives_under_xdg_cache_home(tmp_path: Path, monkeypatch
         push(node, url)
         assert not _hit(url)
         _same_as_cold(url)  # type: ignore[arg-type]
+
+
+def test_files_the_reader_leaves_out_keep_their_place_in_the_key(tmp_path: Path) -> None:
+    """29.1: a damaged file, an exact copy of a file and a file outside the contract are part of the snapshot:
+    the warm run hits, says what the cold run says about them, and equals it; mending the damaged file
+    invalidates."""
+    import duckdb
+
+    root = _fleet(tmp_path / "data", days=2)
+    first = sorted((root / schema.SAMPLES).rglob("*.parquet"))[0]
+    shutil.copy(first, first.with_name("copy-of-first.parquet"))
+    damaged = first.with_name("damaged.parquet")
+    damaged.write_bytes(b"PAR1" + b"\0" * 64)
+    duckdb.execute(f"COPY (SELECT 1 AS x) TO '{first.with_name('not-ours.parquet')}'")
+    cold = _result(root, cache=False)
+    said = [w for w in json.dumps(cold).split('"') if w.startswith("left out file")]
+    assert len(said) >= 3, said  # the copy, the damaged file, the foreign one: in the result's warnings
+    _same_as_cold(root)
+    damaged.unlink()
+    shutil.copy(first, damaged)
+    assert not _hit(root)
