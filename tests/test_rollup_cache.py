@@ -274,3 +274,28 @@ def test_files_the_reader_leaves_out_keep_their_place_in_the_key(tmp_path: Path)
     damaged.unlink()
     shutil.copy(first, damaged)
     assert not _hit(root)
+
+
+def test_one_more_day_reads_only_the_new_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """29.1 (incremental): after one more day of data the cached run reads only the new day's files and merges
+    them with the entry (no GPU-hour in both): it equals a cold run. New files over GPU-hours the entry already
+    holds (a copy of an old day) cannot be merged: all files are read again, and the result still equals."""
+    import logging
+
+    root = _fleet(tmp_path / "data", days=2)
+    _same_as_cold(root)
+    _day(root, 2)
+    with caplog.at_level(logging.INFO, logger="gpuaudit.analysis"):
+        warm = _result(root)
+    assert any("new file(s) on top of the rollup cache" in r.getMessage() for r in caplog.records), caplog.text
+    _close(_result(root, cache=False), warm)
+    assert _hit(root)
+    _close(_result(root, cache=False), _result(root))
+
+    caplog.clear()
+    write(root, gpu_rows("node-a", "GPU-A", 300, start=T0 + dt.timedelta(hours=2), sm=0.7))  # over old hours
+    with caplog.at_level(logging.INFO, logger="gpuaudit.analysis"):
+        warm = _result(root)
+    assert any("cannot be merged" in r.getMessage() for r in caplog.records), caplog.text
+    _close(_result(root, cache=False), warm)
+    _same_as_cold(root)

@@ -184,8 +184,10 @@ def cacheable(roll: Any) -> bool:
     return not any(_TIME_RULE in r for r in roll.rejected_rows)
 
 
-def store(directory: Path, key: str, roll: Any) -> bool:
-    """Publish `roll` as entry `key` (atomically); False, with a note on stderr, where it cannot be written."""
+def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = None, code: str = "") -> bool:
+    """Publish `roll` as entry `key` (atomically); False, with a note on stderr, where it cannot be written.
+    `read`: the identities of the files stage 1 read (what a later, bigger snapshot may build on); `code`: the
+    stage-1 code's digest."""
     def write(f: Any) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
             for name in _FRAMES:
@@ -195,7 +197,8 @@ def store(directory: Path, key: str, roll: Any) -> bool:
                 buf = io.BytesIO()
                 frame.write_ipc(buf, compression="lz4")
                 z.writestr(f"{name}.arrow", buf.getvalue())
-            z.writestr("meta.json", json.dumps({"key": key, "version": CACHE_VERSION,
+            z.writestr("meta.json", json.dumps({"key": key, "version": CACHE_VERSION, "code": code,
+                                                "read": read or [],
                                                 "skipped_files": list(roll.skipped_files),
                                                 "rejected_rows": list(roll.rejected_rows)}))
 
@@ -240,3 +243,64 @@ def lookup(root: Path | str) -> Lookup:
     key = key_of(identities(root, listed_files(root)), code)
     directory = cache_dir(root)
     return Lookup(directory, code, key, load(directory, key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """An entry a bigger snapshot can build on: its rollups and the identities of the files it read."""
+
+    roll: Any
+    read: frozenset[tuple[Any, ...]]
+
+
+def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | None:
+    """The newest entry of this code whose every file read is still read now, unchanged (the dataset only
+    grew since: one more day, a push of new files), or None."""
+    now = {tuple(i) for i in read_now}
+    entries = []
+    for p in directory.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            entries.append((p.stat().st_mtime_ns, p))
+    for _, p in sorted(entries, reverse=True):
+        try:
+            with zipfile.ZipFile(p) as z:
+                meta = json.loads(z.read("meta.json"))
+        except (OSError, zipfile.BadZipFile, KeyError, ValueError):
+            continue
+        read = {tuple(i) for i in meta.get("read") or []}
+        if meta.get("code") != code or meta.get("version") != CACHE_VERSION or not read or not read <= now:
+            continue
+        roll = load(directory, str(meta.get("key")))
+        if roll is not None:
+            return Base(roll, frozenset(read))
+    return None
+
+
+_GPU_HOUR = ["gpu_uuid", "mig_instance", "hour_s"]  # the de-duplication's unit (analysis_streams.sql windows)
+_HOLDER = ["host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod"]
+
+
+def merge(old: Any, add: Any) -> Any | None:
+    """The rollups of old's files and add's together, where de-duplication allows: no GPU-hour in both
+    (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held (that is
+    judged over the whole trial), no row left out of either; demand buckets and holders are sums. None: it
+    does not allow, read everything."""
+    if old.rejected_rows or add.rejected_rows or old.elastic_gpus.height or add.elastic_gpus.height:
+        return None
+    if old.demand.columns != add.demand.columns or old.gpu_hours.columns != add.gpu_hours.columns:
+        return None
+    if old.holders.columns != add.holders.columns:
+        return None
+    shared = old.gpu_hours.select(_GPU_HOUR).join(add.gpu_hours.select(_GPU_HOUR), on=_GPU_HOUR, how="semi")
+    if shared.height:
+        return None
+    gpu_hours = pl.concat([old.gpu_hours, add.gpu_hours]).sort(["host", *_GPU_HOUR])
+    sums = [c for c in old.demand.columns if c not in ("bucket_s", "max_interval_s")]
+    demand = (pl.concat([old.demand, add.demand]).group_by("bucket_s", maintain_order=True)
+              .agg(*[pl.col(c).sum() for c in sums], pl.col("max_interval_s").max())
+              .select(old.demand.columns).sort("bucket_s"))
+    holders = (pl.concat([old.holders, add.holders])
+               .group_by(_HOLDER, maintain_order=True)
+               .agg(pl.col("process_samples").sum(), pl.col("hour").first())
+               .select(old.holders.columns))
+    return dataclasses.replace(add, gpu_hours=gpu_hours, demand=demand, holders=holders)
