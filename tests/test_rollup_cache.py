@@ -299,3 +299,25 @@ def test_one_more_day_reads_only_the_new_files(tmp_path: Path, caplog: pytest.Lo
     assert any("cannot be merged" in r.getMessage() for r in caplog.records), caplog.text
     _close(_result(root, cache=False), warm)
     _same_as_cold(root)
+
+
+def test_a_gpu_that_reports_only_while_held_is_judged_over_the_whole_trial(tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """29.1 (incremental): a GPU held all the time it reports, seen only on the new day, is elastic over the
+    whole trial though not over either part (sql/analysis_elastic_gpus.sql): the merge gives way and the
+    cloud figures equal a cold run's."""
+    import logging
+
+    root = _fleet(tmp_path / "data", days=2)
+    _same_as_cold(root)
+    assert rcache.lookup(root).hit.elastic_gpus.height == 0  # type: ignore[union-attr]
+    start = T0 + dt.timedelta(days=2)
+    e = gpu_rows("node-e", "GPU-E", 1440, start=start, sm=0.6, procs=1)
+    write(root, e, proc_rows("node-e", "GPU-E", ends(e), user="erin", job_id="9"))
+    with caplog.at_level(logging.INFO, logger="gpuaudit.analysis"):
+        warm = _result(root, current="cloud")
+    assert any("cannot be merged" in r.getMessage() for r in caplog.records), caplog.text
+    cold = _result(root, cache=False, current="cloud")
+    hit = rcache.lookup(root).hit
+    assert hit is not None and "GPU-E" in hit.elastic_gpus["gpu_uuid"].to_list()
+    _close(cold, warm)

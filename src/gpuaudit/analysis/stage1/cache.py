@@ -184,7 +184,8 @@ def cacheable(roll: Any) -> bool:
     return not any(_TIME_RULE in r for r in roll.rejected_rows)
 
 
-def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = None, code: str = "") -> bool:
+def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = None, code: str = "",
+          span: list[float | None] | None = None) -> bool:
     """Publish `roll` as entry `key` (atomically); False, with a note on stderr, where it cannot be written.
     `read`: the identities of the files stage 1 read (what a later, bigger snapshot may build on); `code`: the
     stage-1 code's digest."""
@@ -198,7 +199,7 @@ def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = N
                 frame.write_ipc(buf, compression="lz4")
                 z.writestr(f"{name}.arrow", buf.getvalue())
             z.writestr("meta.json", json.dumps({"key": key, "version": CACHE_VERSION, "code": code,
-                                                "read": read or [],
+                                                "read": read or [], "span": span,
                                                 "skipped_files": list(roll.skipped_files),
                                                 "rejected_rows": list(roll.rejected_rows)}))
 
@@ -251,6 +252,7 @@ class Base:
 
     roll: Any
     read: frozenset[tuple[Any, ...]]
+    span: list[float | None]
 
 
 def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | None:
@@ -270,9 +272,12 @@ def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | No
         read = {tuple(i) for i in meta.get("read") or []}
         if meta.get("code") != code or meta.get("version") != CACHE_VERSION or not read or not read <= now:
             continue
+        span = meta.get("span")
+        if not isinstance(span, list) or len(span) != 2:
+            continue
         roll = load(directory, str(meta.get("key")))
         if roll is not None:
-            return Base(roll, frozenset(read))
+            return Base(roll, frozenset(read), span)
     return None
 
 
@@ -280,11 +285,34 @@ _GPU_HOUR = ["gpu_uuid", "mig_instance", "hour_s"]  # the de-duplication's unit 
 _HOLDER = ["host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod"]
 
 
-def merge(old: Any, add: Any) -> Any | None:
+def union_span(a: list[float | None], b: list[float | None]) -> list[float | None]:
+    """The span (first start, last end) of two sets of streams together."""
+    firsts = [x for x in (a[0], b[0]) if x is not None]
+    lasts = [x for x in (a[1], b[1]) if x is not None]
+    return [min(firsts) if firsts else None, max(lasts) if lasts else None]
+
+
+def _maybe_elastic(gpu_hours: pl.DataFrame, span: list[float | None]) -> bool:
+    """Whether any GPU of `gpu_hours` could be one sql/analysis_elastic_gpus.sql lists (the same sums: the
+    winning streams' observed and held seconds per GPU), judged with a margin so that rounding never hides
+    one: then its demand needs a scan, and the merge gives way."""
+    if span[0] is None or span[1] is None or gpu_hours.height == 0:
+        return False
+    per = gpu_hours.group_by(["gpu_uuid", "mig_instance"]).agg(
+        pl.col("observed_s").sum(), pl.col("held_s").sum(), pl.col("gpu_fraction").max())
+    slack = 1e-6
+    hit = per.filter((pl.col("observed_s") > 0)
+                     & (pl.col("held_s") >= 0.99 * pl.col("observed_s") * (1 - slack))
+                     & (pl.col("observed_s") / pl.col("gpu_fraction") < 0.95 * (span[1] - span[0]) * (1 + slack)))
+    return hit.height > 0
+
+
+def merge(old: Any, add: Any, old_span: list[float | None] | None = None,
+          add_span: list[float | None] | None = None) -> Any | None:
     """The rollups of old's files and add's together, where de-duplication allows: no GPU-hour in both
-    (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held (that is
-    judged over the whole trial), no row left out of either; demand buckets and holders are sums. None: it
-    does not allow, read everything."""
+    (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held, in either or
+    in both together (judged over the whole trial: `*_span`, each part's streams' first start and last end),
+    no row left out of either; demand buckets and holders are sums. None: it does not allow, read everything."""
     if old.rejected_rows or add.rejected_rows or old.elastic_gpus.height or add.elastic_gpus.height:
         return None
     if old.demand.columns != add.demand.columns or old.gpu_hours.columns != add.gpu_hours.columns:
@@ -295,6 +323,8 @@ def merge(old: Any, add: Any) -> Any | None:
     if shared.height:
         return None
     gpu_hours = pl.concat([old.gpu_hours, add.gpu_hours]).sort(["host", *_GPU_HOUR])
+    if old_span is None or add_span is None or _maybe_elastic(gpu_hours, union_span(old_span, add_span)):
+        return None
     sums = [c for c in old.demand.columns if c not in ("bucket_s", "max_interval_s")]
     demand = (pl.concat([old.demand, add.demand]).group_by("bucket_s", maintain_order=True)
               .agg(*[pl.col(c).sum() for c in sums], pl.col("max_interval_s").max())

@@ -111,7 +111,9 @@ def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
             seen = {str(i[0]) for i in base.read}
             ds.only({t: fs if t == schema.ALLOCATIONS else [f for f in fs if str(f) not in seen]
                      for t, fs in full.items()})
-            roll = rcache.merge(base.roll, _stage1(ds))
+            add, add_span = _stage1(ds)
+            roll = rcache.merge(base.roll, add, base.span, add_span)
+            span = rcache.union_span(base.span, add_span)
             new = sum(len(fs) for t, fs in ds.files.items() if t != schema.ALLOCATIONS)
             if roll is None:
                 log.info("the rollup cache's entry cannot be merged with the new files here: reading all of them")
@@ -124,18 +126,19 @@ def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
             else:
                 ds.files = full
         if roll is None:
-            roll = _stage1(ds)
+            roll, span = _stage1(ds)
         if found is None:
             return roll
         after = rcache.identities(root, rcache.dataset_files(ds))
         if before == after and rcache.cacheable(roll):
             read = rcache.identities(root, [str(f) for fs in ds.files.values() for f in fs])
-            rcache.store(found.directory, rcache.key_of(after, found.code), roll, read, found.code)
+            rcache.store(found.directory, rcache.key_of(after, found.code), roll, read, found.code, span)
         return roll
 
 
-def _stage1(ds: Any) -> Rollups:
-    """Stage 1 over an open dataset's views, with what the reader left out."""
+def _stage1(ds: Any) -> tuple[Rollups, list[float | None]]:
+    """Stage 1 over an open dataset's views, with what the reader left out; and the span of all its streams
+    (what sql/analysis_elastic_gpus.sql judges absence against: the cache's merge needs it)."""
     from gpuaudit import schema
 
     engine = DuckDBEngine(ds)
@@ -144,8 +147,9 @@ def _stage1(ds: Any) -> Rollups:
     seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
     shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
     rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
+    span = engine.query(f"SELECT min(first_s) AS a, max(last_s) AS b FROM {STREAMS_TABLE}")
     return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
-                               rejected_rows=rows)
+                               rejected_rows=rows), [span["a"][0], span["b"][0]]
 
 
 def rollups_from(engine: Engine) -> Rollups:
