@@ -38,9 +38,9 @@ def require_dataset(root: Path | str) -> None:
 
 def analyze(root: Path | str, config: Path | None = None, preset: str | None = None,
             progress: Callable[[str], None] | None = None, overrides: Overrides | None = None,
-            engine: str = "duckdb") -> AnalysisResult:
+            engine: str = "duckdb", cache: bool = True) -> AnalysisResult:
     """Run the analyzer on the dataset at `root` with the config file / preset and the command line's
-    decision inputs (`overrides`), stage 1 on `engine`."""
+    decision inputs (`overrides`), stage 1 on `engine` (`cache`: reuse the stage-1 rollup cache)."""
     from gpuaudit.analysis.config import load_config
     from gpuaudit.analysis.overrides import NONE
     from gpuaudit.analysis.pipeline import analyze as run
@@ -49,16 +49,17 @@ def analyze(root: Path | str, config: Path | None = None, preset: str | None = N
     cfg = load_config(config, preset)  # a bad config fails before the long part
     if progress:
         progress("analyzing the dataset")
-    return run(root, cfg, overrides or NONE, engine=engine)
+    return run(root, cfg, overrides or NONE, engine=engine, cache=cache)
 
 
 def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | None = None,
-                   preset: str | None = None, overrides: Overrides | None = None, engine: str = "duckdb") -> None:
+                   preset: str | None = None, overrides: Overrides | None = None, engine: str = "duckdb",
+                   cache: bool = True) -> None:
     """`gpuaudit analyze`: the result as text on stdout, or (`as_json`) the whole result as JSON."""
     from gpuaudit.analysis.text import summary
     from gpuaudit.util.jsonio import json_text
 
-    result = analyze(root, config, preset, overrides=overrides, engine=engine)
+    result = analyze(root, config, preset, overrides=overrides, engine=engine, cache=cache)
     if as_json:
         # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal.
         print(json_text(result.to_dict(), indent=2))
@@ -69,7 +70,7 @@ def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | No
 
 def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
                    preset: str | None = None, quiet: bool = False, by: str | None = None,
-                   overrides: Overrides | None = None, engine: str = "duckdb") -> Any:
+                   overrides: Overrides | None = None, engine: str = "duckdb", cache: bool = True) -> Any:
     """Analyze `root` and write the report into `out` (and the chargeback files per `by` key: account, user,
     partition, namespace); print a short summary unless quiet."""
     from gpuaudit.report.chargeback import parse_by
@@ -80,7 +81,7 @@ def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json"
     wanted = parse_formats(formats)  # fail on a bad --format or --by before the long part
     keys = parse_by(by)
     with progress_steps(not quiet) as step:
-        result = analyze(root, config, preset, step, overrides, engine)
+        result = analyze(root, config, preset, step, overrides, engine, cache)
         written = write_report(result, out, wanted, progress=step, by=keys)
     if quiet:
         for path in written.files.values():

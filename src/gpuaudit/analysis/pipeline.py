@@ -49,9 +49,11 @@ def analyze(
     *,
     threads: int | None = None,
     engine: str = "duckdb",
+    cache: bool = True,
 ) -> AnalysisResult:
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
-    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups."""
+    SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups.
+    `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot."""
     if engine not in ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     # bad options fail before the scan (minutes on a large dataset), not after it
@@ -61,7 +63,7 @@ def analyze(
 
         roll = load_spark_rollups(root)
     else:
-        roll = load_rollups(root, threads=threads)
+        roll = load_rollups(root, threads=threads, cache=cache)
     return _stage2(roll, applied, root=str(root), now=None)
 
 

@@ -56,6 +56,9 @@ EngineOption = typer.Option(
     "duckdb", "--engine",
     help="What runs the stage-1 SQL over the dataset: duckdb (this machine) or spark (Apache Spark: the active "
          "or a local session; pip install 'gpuaudit\\[spark]'). Same figures either way.")
+NoCacheOption = typer.Option(
+    False, "--no-cache", help="A cold run: read the whole dataset, neither using nor filling the stage-1 rollup "
+    "cache (<data>/.rollups/; for s3:// data under $XDG_CACHE_HOME/gpuaudit/rollups/). Same figures either way.")
 FleetOption = typer.Option(
     None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
     "measured demand is scaled to it; at least the GPUs seen."

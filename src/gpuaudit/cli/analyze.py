@@ -16,6 +16,7 @@ from gpuaudit.cli._common import (
     FleetOption,
     LatencyOption,
     LatencyShareOption,
+    NoCacheOption,
     PresetOption,
     ResidencyOption,
     data_source,
@@ -39,6 +40,7 @@ def analyze_cmd(
     current: str = CurrentOption,
     fleet_gpus: int | None = FleetOption,
     engine: str = EngineOption,
+    no_cache: bool = NoCacheOption,
 ) -> None:
     """Analyze the dataset: real vs runtime-hour utilization, the cloud / hybrid / on-prem decision, costs.
 
@@ -50,4 +52,5 @@ def analyze_cmd(
     config = local_path(config, "--config", "a file") if config is not None else None
     print_analysis(data_source(data), as_json=as_json, config=config, preset=preset,
                    overrides=overrides(latency_sensitive, latency_sensitive_share, data_residency,
-                                       egress_gb_per_week, current, fleet_gpus), engine=engine)
+                                       egress_gb_per_week, current, fleet_gpus), engine=engine,
+                   cache=not no_cache)

@@ -17,6 +17,7 @@ from gpuaudit.cli._common import (
     FleetOption,
     LatencyOption,
     LatencyShareOption,
+    NoCacheOption,
     PresetOption,
     ResidencyOption,
     data_source,
@@ -45,6 +46,7 @@ def report_cmd(
     current: str = CurrentOption,
     fleet_gpus: int | None = FleetOption,
     engine: str = EngineOption,
+    no_cache: bool = NoCacheOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
     by: str = typer.Option(None, "--by", help="Chargeback / showback too: comma-separated account, user, "
                                              "partition, namespace -> chargeback-KEY.csv and .json (allocated, "
@@ -63,7 +65,7 @@ def report_cmd(
     report_dataset(data_source(data), out, formats=format, config=config, preset=preset, quiet=quiet,
                    overrides=overrides(latency_sensitive, latency_sensitive_share, data_residency,
                                        egress_gb_per_week, current, fleet_gpus),
-                   engine=engine, by=by)
+                   engine=engine, cache=not no_cache, by=by)
 
 
 @app.command("demo")

@@ -391,6 +391,12 @@ class Dataset:
                 out.append((table, reason, n))
         return out
 
+    def only(self, files: Mapping[str, Sequence[Path]]) -> None:
+        """Bind the views again over `files` (per table: part of this snapshot; the analyzer's rollup cache reads
+        only the files it has not seen, analysis/stage1/cache.py)."""
+        self.files = {t: list(files.get(t, ())) for t in self.files}
+        self._retry(self._bind_views)
+
     def lock_down(self) -> None:
         """From now on the connection reads the dataset's files and nothing else: no other file, no network,
         no extension, no writing anywhere, and no setting can be changed back (DuckDB's own enforcement,

@@ -12,14 +12,17 @@ polars frames, whichever engine ran the SQL (DuckDB here; the same files run on 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import polars as pl
 
 from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
 from gpuaudit.util.resources import load_sql
+
+log = logging.getLogger("gpuaudit.analysis")
 
 QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
 DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
@@ -75,19 +78,78 @@ class DuckDBEngine:
         return self.ds.query(sql)  # type: ignore[attr-defined]
 
 
-def load_rollups(root: Path | str, threads: int | None = None) -> Rollups:
+def load_rollups(root: Path | str, threads: int | None = None, *, cache: bool = True) -> Rollups:
+    """Stage 1 over the dataset at `root`. `cache`: use the rollup cache (stage1/cache.py) when it holds this
+    exact snapshot, else read only the files an entry has not seen where de-duplication allows, and fill it;
+    False (`--no-cache`): a cold run that leaves the cache alone."""
+    from gpuaudit.analysis.stage1 import cache as rcache
+
+    found = rcache.lookup(root) if cache else None
+    if found is not None and found.hit is not None:
+        for line in (*found.hit.skipped_files, *found.hit.rejected_rows):  # as a cold run says them
+            log.warning("%s", line)
+        return found.hit
+    return _read(root, threads, found)
+
+
+def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
+    """Stage 1 from the files: all of them, or (with an entry to build on) only those it has not seen. With
+    `found` (the cache in use) the result is stored when no writer changed the files while they were read."""
     from gpuaudit import schema
+    from gpuaudit.analysis.stage1 import cache as rcache
     from gpuaudit.store import open_dataset
 
     with open_dataset(root, threads=threads) as ds:
-        engine = DuckDBEngine(ds)
-        roll = rollups_from(engine)
-        # Rows stage 1 saw through the views, against the files' footers: a clean dataset needs no extra scan.
-        seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
-        shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
-        rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
-        return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
-                                   rejected_rows=rows)
+        before = rcache.identities(root, rcache.dataset_files(ds)) if found is not None else None
+        full = {t: list(fs) for t, fs in ds.files.items()}
+        base = None
+        if found is not None:
+            read_now = rcache.identities(root, [str(f) for fs in full.values() for f in fs])
+            base = rcache.base_for(found.directory, found.code, read_now)
+        roll = None
+        if base is not None:
+            seen = {str(i[0]) for i in base.read}
+            ds.only({t: fs if t == schema.ALLOCATIONS else [f for f in fs if str(f) not in seen]
+                     for t, fs in full.items()})
+            add, add_span = _stage1(ds)
+            roll = rcache.merge(base.roll, add, base.span, add_span)
+            span = rcache.union_span(base.span, add_span)
+            new = sum(len(fs) for t, fs in ds.files.items() if t != schema.ALLOCATIONS)
+            if roll is None:
+                log.info("the rollup cache's entry cannot be merged with the new files here: reading all of them")
+            else:
+                log.info("read %d new file(s) on top of the rollup cache", new)
+            left = {str(f) for fs in ds.files.values() for f in fs}  # less any new file found damaged
+            full = {t: [f for f in fs if str(f) in seen or str(f) in left] for t, fs in full.items()}
+            if roll is None:
+                ds.only(full)
+            else:
+                ds.files = full
+        if roll is None:
+            roll, span = _stage1(ds)
+        if found is None:
+            return roll
+        after = rcache.identities(root, rcache.dataset_files(ds))
+        if before == after and rcache.cacheable(roll):
+            read = rcache.identities(root, [str(f) for fs in ds.files.values() for f in fs])
+            rcache.store(found.directory, rcache.key_of(after, found.code), roll, read, found.code, span)
+        return roll
+
+
+def _stage1(ds: Any) -> tuple[Rollups, list[float | None]]:
+    """Stage 1 over an open dataset's views, with what the reader left out; and the span of all its streams
+    (what sql/analysis_elastic_gpus.sql judges absence against: the cache's merge needs it)."""
+    from gpuaudit import schema
+
+    engine = DuckDBEngine(ds)
+    roll = rollups_from(engine)
+    # Rows stage 1 saw through the views, against the files' footers: a clean dataset needs no extra scan.
+    seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
+    shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
+    rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
+    span = engine.query(f"SELECT min(first_s) AS a, max(last_s) AS b FROM {STREAMS_TABLE}")
+    return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
+                               rejected_rows=rows), [span["a"][0], span["b"][0]]
 
 
 def rollups_from(engine: Engine) -> Rollups:

@@ -1,0 +1,336 @@
+"""The stage-1 rollup cache (issue 29): stage 1's results kept beside the data, so that a re-run with another
+price or config pays no scan. An optimisation, never a source of truth: an entry is used only when it was made
+from exactly the files a cold run would read now, by exactly this stage-1 code; anything else is a cold run.
+
+Where it lives: `<data>/.rollups/` for a local dataset (a dot-name: no reader lists it as data); for an
+s3:// dataset `$XDG_CACHE_HOME/gpuaudit/rollups/<sha256 of the URL, 16 hex>/` (default `~/.cache/...`) on
+this machine. Deleting either directory only costs the next run its scan.
+
+The key (whole snapshot: if any file changed, recompute):
+- every file the reader lists for stage 1 (readable or not, and the ones it leaves out by name: copies, stray
+  links), each by its path, size, mtime_ns and the SHA-256 of its Parquet footer (which holds the row count and
+  every column chunk's statistics): a compaction, a re-import, a push or a file re-written under the same name
+  changes the listing or an identity, so an entry of a file that is gone is never used. On s3:// an object is
+  its key, size, ETag and LastModified;
+- the stage-1 code: the SQL files, the stage-1 modules, the reader's contract (conformance.py, schema.py), and
+  CACHE_VERSION.
+An entry is one file `<key>.rollup` (a zip of Arrow IPC frames and meta.json) published with util/atomic.py:
+a reader sees a whole entry or none, two writers of one key publish the same thing. An entry is written only
+when the listing after the run equals the one before it (no writer changed the dataset meanwhile) and no row
+was left out for its timestamp (the "more than a day in the future" rule moves with the clock). Where the
+cache cannot be written (a read-only dataset) the run is a cold one, with a note on stderr. KEEP entries stay
+(the newest), the others are removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import os
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from gpuaudit.util import atomic, paths
+
+log = logging.getLogger("gpuaudit.analysis")
+
+CACHE_VERSION = 1
+DIR = ".rollups"
+SUFFIX = ".rollup"
+KEEP = 4  # entries kept per dataset (the newest)
+_FRAMES = ("gpu_hours", "demand", "holders", "elastic_gpus", "elastic_demand", "allocations")
+_TIME_RULE = "in the future"  # a reason conformance.row_checks gives for a ts it rejects relative to "now"
+
+
+def cache_dir(root: Path | str) -> Path:
+    """Where the entries of the dataset at `root` live (see the module docstring)."""
+    url = paths.as_url(root)
+    if not url:
+        return Path(root) / DIR
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpuaudit" / "rollups" / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def code_digest() -> str:
+    """The stage-1 code's identity: its SQL, its modules, the reader's contract, CACHE_VERSION."""
+    from importlib import resources
+
+    from gpuaudit import schema
+    from gpuaudit.analysis.stage1 import rollup, slots, streams
+    from gpuaudit.store import conformance, reader
+
+    h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
+    sql = resources.files("gpuaudit") / "sql"
+    for item in sorted(sql.iterdir(), key=lambda p: p.name):
+        if item.name.startswith("analysis_") and item.name.endswith(".sql"):
+            h.update(item.name.encode() + b"\0" + item.read_bytes())
+    for module in (rollup, streams, slots, conformance, reader, schema, sys.modules[__name__]):
+        h.update(Path(module.__file__ or "").read_bytes())
+    return h.hexdigest()
+
+
+def _footer_digest(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size < 12:
+                return "short"
+            f.seek(size - 8)
+            n = int.from_bytes(f.read(4), "little")
+            if not 0 < n <= size - 12:
+                return "bad-footer"
+            f.seek(size - 8 - n)
+            return hashlib.sha256(f.read(n)).hexdigest()
+    except OSError as e:
+        return f"error:{e.errno}"
+
+
+def _local_identity(f: Path) -> list[Any]:
+    try:
+        st = os.stat(f)
+    except OSError as e:
+        return [str(f), "missing", e.errno]
+    return [str(f), st.st_size, st.st_mtime_ns, _footer_digest(f)]
+
+
+def _s3_identities(url: str) -> dict[str, list[Any]]:
+    from gpuaudit import schema
+    from gpuaudit.store import remote
+
+    scheme, base = paths.split(url)
+    fs = remote.filesystem(url, cache_listings=True)
+    out: dict[str, list[Any]] = {}
+    for table in schema.TABLES:
+        try:
+            listing = fs.find(f"{base}/{table}", detail=True)
+        except FileNotFoundError:
+            continue
+        for key, info in listing.items():
+            name = f"{scheme}://{key}"
+            out[name] = [name, int(info.get("size") or 0), str(info.get("ETag") or info.get("etag") or ""),
+                         str(info.get("LastModified") or info.get("last_modified") or "")]
+    return out
+
+
+def identities(root: Path | str, files: list[str]) -> list[list[Any]]:
+    """The identity of each of `files` (paths or URLs) of the dataset at `root`, sorted by path."""
+    url = paths.as_url(root)
+    if url:
+        known = _s3_identities(url)
+        return [known.get(f, [f, "missing"]) for f in sorted(set(files))]
+    return [_local_identity(Path(f)) for f in sorted(set(files))]
+
+
+def listed_files(root: Path | str) -> list[str]:
+    """Every path a reader's listing names now (readable, unreadable, or left out by name), as Dataset lists."""
+    from gpuaudit import schema
+    from gpuaudit.store import readers
+    from gpuaudit.store.reader import Excluded, table_files
+
+    excluded: Excluded = []
+    url = paths.as_url(root)
+    with contextlib.nullcontext() if url else readers.listing(Path(root)):
+        listed = [table_files(root, table, excluded) for table in schema.TABLES]
+    out = [str(f) for good, bad in listed for f in [*good, *(p for p, _ in bad)]]
+    return out + [str(p) for p, _, _ in excluded]
+
+
+def dataset_files(ds: Any) -> list[str]:
+    """Every path an open Dataset's snapshot names: the files it reads and those it left out."""
+    return [str(f) for fs in ds.files.values() for f in fs] + [str(p) for p, _ in ds.skipped]
+
+
+def key_of(ids: list[list[Any]], code: str) -> str:
+    return hashlib.sha256(json.dumps([code, ids], separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def load(directory: Path, key: str) -> Any | None:
+    """The Rollups of entry `key`, or None when there is none (or it cannot be read: a miss, never an error)."""
+    from gpuaudit.analysis.stage1.rollup import Rollups
+
+    path = directory / f"{key}{SUFFIX}"
+    try:
+        with zipfile.ZipFile(path) as z:
+            meta = json.loads(z.read("meta.json"))
+            if meta.get("key") != key or meta.get("version") != CACHE_VERSION:
+                return None
+            frames = {n: pl.read_ipc(io.BytesIO(z.read(f"{n}.arrow")))
+                      for n in _FRAMES if f"{n}.arrow" in z.namelist()}
+        roll = Rollups(gpu_hours=frames["gpu_hours"], demand=frames["demand"], holders=frames["holders"],
+                       elastic_gpus=frames["elastic_gpus"], elastic_demand=frames["elastic_demand"],
+                       allocations=frames.get("allocations"), skipped_files=tuple(meta["skipped_files"]),
+                       rejected_rows=tuple(meta["rejected_rows"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, zipfile.BadZipFile, KeyError, ValueError, TypeError, pl.exceptions.PolarsError) as e:
+        log.info("rollup cache entry %s unreadable (%s): a cold run", path, e)
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # recently used: kept by the eviction
+    return roll
+
+
+def cacheable(roll: Any) -> bool:
+    """Whether `roll` stays what a cold run gives as time passes: no row was left out for its timestamp."""
+    return not any(_TIME_RULE in r for r in roll.rejected_rows)
+
+
+def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = None, code: str = "",
+          span: list[float | None] | None = None) -> bool:
+    """Publish `roll` as entry `key` (atomically); False, with a note on stderr, where it cannot be written.
+    `read`: the identities of the files stage 1 read (what a later, bigger snapshot may build on); `code`: the
+    stage-1 code's digest."""
+    def write(f: Any) -> None:
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
+            for name in _FRAMES:
+                frame = getattr(roll, name)
+                if frame is None:
+                    continue
+                buf = io.BytesIO()
+                frame.write_ipc(buf, compression="lz4")
+                z.writestr(f"{name}.arrow", buf.getvalue())
+            z.writestr("meta.json", json.dumps({"key": key, "version": CACHE_VERSION, "code": code,
+                                                "read": read or [], "span": span,
+                                                "skipped_files": list(roll.skipped_files),
+                                                "rejected_rows": list(roll.rejected_rows)}))
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic.write_atomic(directory / f"{key}{SUFFIX}", write)
+    except OSError as e:
+        note(f"the rollup cache cannot be written in {directory} ({e.strerror or e}): this run and the next "
+             "are cold runs (read the whole dataset)")
+        return False
+    evict(directory)
+    return True
+
+
+def evict(directory: Path, keep: int = KEEP) -> None:
+    """Remove all but the `keep` most recently used entries (a reader that opened one keeps reading it)."""
+    entries = []
+    for p in directory.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            entries.append((p.stat().st_mtime_ns, p))
+    for _, p in sorted(entries, reverse=True)[keep:]:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def note(message: str) -> None:
+    print(f"gpuaudit: note: {message}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class Lookup:
+    """One run's use of the cache: where, the code's identity, the key the listing before the run gave."""
+
+    directory: Path
+    code: str
+    key: str
+    hit: Any | None = None
+
+
+def lookup(root: Path | str) -> Lookup:
+    code = code_digest()
+    key = key_of(identities(root, listed_files(root)), code)
+    directory = cache_dir(root)
+    return Lookup(directory, code, key, load(directory, key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """An entry a bigger snapshot can build on: its rollups and the identities of the files it read."""
+
+    roll: Any
+    read: frozenset[tuple[Any, ...]]
+    span: list[float | None]
+
+
+def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | None:
+    """The newest entry of this code whose every file read is still read now, unchanged (the dataset only
+    grew since: one more day, a push of new files), or None."""
+    now = {tuple(i) for i in read_now}
+    entries = []
+    for p in directory.glob(f"*{SUFFIX}"):
+        with contextlib.suppress(OSError):
+            entries.append((p.stat().st_mtime_ns, p))
+    for _, p in sorted(entries, reverse=True):
+        try:
+            with zipfile.ZipFile(p) as z:
+                meta = json.loads(z.read("meta.json"))
+        except (OSError, zipfile.BadZipFile, KeyError, ValueError):
+            continue
+        read = {tuple(i) for i in meta.get("read") or []}
+        if meta.get("code") != code or meta.get("version") != CACHE_VERSION or not read or not read <= now:
+            continue
+        span = meta.get("span")
+        if not isinstance(span, list) or len(span) != 2:
+            continue
+        roll = load(directory, str(meta.get("key")))
+        if roll is not None:
+            return Base(roll, frozenset(read), span)
+    return None
+
+
+_GPU_HOUR = ["gpu_uuid", "mig_instance", "hour_s"]  # the de-duplication's unit (analysis_streams.sql windows)
+_HOLDER = ["host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod"]
+
+
+def union_span(a: list[float | None], b: list[float | None]) -> list[float | None]:
+    """The span (first start, last end) of two sets of streams together."""
+    firsts = [x for x in (a[0], b[0]) if x is not None]
+    lasts = [x for x in (a[1], b[1]) if x is not None]
+    return [min(firsts) if firsts else None, max(lasts) if lasts else None]
+
+
+def _maybe_elastic(gpu_hours: pl.DataFrame, span: list[float | None]) -> bool:
+    """Whether any GPU of `gpu_hours` could be one sql/analysis_elastic_gpus.sql lists (the same sums: the
+    winning streams' observed and held seconds per GPU), judged with a margin so that rounding never hides
+    one: then its demand needs a scan, and the merge gives way."""
+    if span[0] is None or span[1] is None or gpu_hours.height == 0:
+        return False
+    per = gpu_hours.group_by(["gpu_uuid", "mig_instance"]).agg(
+        pl.col("observed_s").sum(), pl.col("held_s").sum(), pl.col("gpu_fraction").max())
+    slack = 1e-6
+    hit = per.filter((pl.col("observed_s") > 0)
+                     & (pl.col("held_s") >= 0.99 * pl.col("observed_s") * (1 - slack))
+                     & (pl.col("observed_s") / pl.col("gpu_fraction") < 0.95 * (span[1] - span[0]) * (1 + slack)))
+    return hit.height > 0
+
+
+def merge(old: Any, add: Any, old_span: list[float | None] | None = None,
+          add_span: list[float | None] | None = None) -> Any | None:
+    """The rollups of old's files and add's together, where de-duplication allows: no GPU-hour in both
+    (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held, in either or
+    in both together (judged over the whole trial: `*_span`, each part's streams' first start and last end),
+    no row left out of either; demand buckets and holders are sums. None: it does not allow, read everything."""
+    if old.rejected_rows or add.rejected_rows or old.elastic_gpus.height or add.elastic_gpus.height:
+        return None
+    if old.demand.columns != add.demand.columns or old.gpu_hours.columns != add.gpu_hours.columns:
+        return None
+    if old.holders.columns != add.holders.columns:
+        return None
+    shared = old.gpu_hours.select(_GPU_HOUR).join(add.gpu_hours.select(_GPU_HOUR), on=_GPU_HOUR, how="semi")
+    if shared.height:
+        return None
+    gpu_hours = pl.concat([old.gpu_hours, add.gpu_hours]).sort(["host", *_GPU_HOUR])
+    if old_span is None or add_span is None or _maybe_elastic(gpu_hours, union_span(old_span, add_span)):
+        return None
+    sums = [c for c in old.demand.columns if c not in ("bucket_s", "max_interval_s")]
+    demand = (pl.concat([old.demand, add.demand]).group_by("bucket_s", maintain_order=True)
+              .agg(*[pl.col(c).sum() for c in sums], pl.col("max_interval_s").max())
+              .select(old.demand.columns).sort("bucket_s"))
+    holders = (pl.concat([old.holders, add.holders])
+               .group_by(_HOLDER, maintain_order=True)
+               .agg(pl.col("process_samples").sum(), pl.col("hour").first())
+               .select(old.holders.columns))
+    return dataclasses.replace(add, gpu_hours=gpu_hours, demand=demand, holders=holders)
