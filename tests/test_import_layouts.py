@@ -345,8 +345,8 @@ def test_exporter_preset_given_and_cli_summary(prom: PromServer, layouts: dict[s
     r = run_cli("import", "prometheus", "--url", prom.url, "--start", lay.start.isoformat(), "--end",
                 lay.end.isoformat(), "--exporter", "bogus", "--data", str(tmp_path / "e"))
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "gpuaudit: error: bad --exporter 'bogus': use one of dcgm, jobstats, nvidia-smi (or leave it out to "
-        "detect it)"]
+        "gpuaudit: error: bad --exporter 'bogus': use one of dcgm, jobstats, nvidia-smi, gpuaudit (or leave it "
+        "out to detect it)"]
 
 
 # ----------------------------------------------------------------------------------------- 8 last values

@@ -42,7 +42,7 @@ SOURCE_SIMULATED = "simulated"
 # Imported rows name the exporter they came from and how SM activity was measured there:
 # prometheus-<exporter> (SM activity), prometheus-<exporter>-engine (engine-active only: gr_engine_active
 # set, sm_active NULL, an upper bound tighter than the duty cycle), prometheus-<exporter>-util (duty cycle only).
-IMPORT_EXPORTERS = ("dcgm", "jobstats", "nvidia-smi")
+IMPORT_EXPORTERS = ("dcgm", "jobstats", "nvidia-smi", "gpuaudit")  # the presets (importer/prometheus/presets.py)
 MEASURED_SM, MEASURED_ENGINE, MEASURED_DUTY = "sm", "engine", "duty"
 
 
@@ -147,7 +147,8 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
     Column("temp_c", "SMALLINT", "°C", "GPU temperature at the end of the interval"),
     Column("n_processes", "SMALLINT", "", "compute processes on the GPU during the interval", nullable=False),
     Column("source", "VARCHAR", "", "which path produced sm_active: nvml-gpm, nvml, simulated, or an "
-           "import: prometheus-EXPORTER, its -engine or -util variant (EXPORTER: dcgm, jobstats, nvidia-smi)",
+           "import: prometheus-EXPORTER, its -engine or -util variant (EXPORTER: dcgm, jobstats, nvidia-smi, "
+           "gpuaudit)",
            nullable=False),
 )
 

@@ -63,7 +63,8 @@ def prometheus(
                                                         "(repeatable)."),
     exporter: str = typer.Option(None, "--exporter",
                                  help="Exporter preset: dcgm (NVIDIA dcgm-exporter), jobstats (Princeton jobstats' "
-                                      "GPU exporter), nvidia-smi (utkuozdemir/nvidia_gpu_exporter). Default: "
+                                      "GPU exporter), nvidia-smi (utkuozdemir/nvidia_gpu_exporter), gpuaudit (the "
+                                      "agent's --metrics-listen). Default: "
                                       "detected from the metric names on the server."),
     exporter_pod: str = typer.Option(None, "--exporter-pod",
                                      help="Regex of pod names that are the exporter itself, not a workload "

@@ -1,6 +1,6 @@
-"""`gpuaudit import prometheus`: GPU exporter history (dcgm-exporter, jobstats, nvidia_gpu_exporter) from a
-Prometheus-compatible server into the dataset. Which series become which rows: presets.py (the names),
-identity.py (host, GPU and workload of a series), rows.py (the rules).
+"""`gpuaudit import prometheus`: GPU exporter history (dcgm-exporter, jobstats, nvidia_gpu_exporter,
+gpuaudit's own agent) from a Prometheus-compatible server into the dataset. Which series become which rows:
+presets.py (the names), identity.py (host, GPU and workload of a series), rows.py (the rules).
 
 Two phases, so a failure never leaves a partial import behind:
 1. fetch: every query of every chunk is answered and converted to typed rows, spilled to a private

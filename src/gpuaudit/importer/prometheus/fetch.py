@@ -129,7 +129,11 @@ def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, 
     sel = f'__name__=~"{"|".join(re.escape(n) for n in names)}"' + (f",{mapping.selector}" if mapping.selector else "")
     found: set[str] = set()
     unnamed = False
-    for first, last in chunks(start - timedelta(seconds=DISCOVERY_STEP_S), end, DISCOVERY_STEP_S):
+    # The grid is anchored on `end`: an evaluation exactly at the end sees the window's last five minutes (a
+    # grid from `start` missed series that began after its last point, e.g. a window shorter than 5 minutes).
+    n_steps = -(-int((end - start).total_seconds()) // DISCOVERY_STEP_S) + 1
+    anchor = end - timedelta(seconds=DISCOVERY_STEP_S * n_steps)
+    for first, last in chunks(anchor, end, DISCOVERY_STEP_S):
         for item in prom.query_range(f"count by (__name__) ({{{sel}}})", first, last, DISCOVERY_STEP_S):
             name = item["metric"].get("__name__")
             if name:

@@ -10,6 +10,10 @@ Data tables, not code (the exporters' own names, read at their sources):
 - `nvidia-smi`: utkuozdemir/nvidia_gpu_exporter (docs/METRICS.md, internal/integration/testdata): `nvidia_smi_*`
   with only a `uuid` label (no `GPU-` prefix); name and index on the `nvidia_smi_gpu_info` info series; MIG GPUs
   have no utilization series (the NVML backend adds `nvidia_smi_mig_*` per GPU instance).
+- `gpuaudit`: gpuaudit's own agent (`agent run --metrics-listen`, agent/metrics.py; names in agents/README.md):
+  `gpuaudit_gpu_*` in the dataset's units (fractions, bytes, W, J) and labelled with the dataset's column names.
+  The holders are a separate series (`gpuaudit_gpu_holder_processes`), not labels of the GPU series: this
+  preset imports the GPU rows; the agent's own Parquet keeps the process rows.
 """
 
 from __future__ import annotations
@@ -168,7 +172,35 @@ NVIDIA_SMI = Preset(
                      {"mig_profile": "profile"})),
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (DCGM, JOBSTATS, NVIDIA_SMI)}
+GPUAUDIT = Preset(
+    name="gpuaudit",
+    title="gpuaudit agent (agent run --metrics-listen)",
+    metrics={
+        "sm_active": _m(("gpuaudit_gpu_sm_active_ratio",), "fraction", AVG, _FRACTION),
+        "duty_cycle": _m(("gpuaudit_gpu_duty_cycle_ratio",), "fraction", AVG, _FRACTION),
+        "sm_occupancy": _m(("gpuaudit_gpu_sm_occupancy_ratio",), "fraction", AVG, _FRACTION),
+        "tensor_active": _m(("gpuaudit_gpu_tensor_active_ratio",), "fraction", AVG, _FRACTION),
+        "dram_active": _m(("gpuaudit_gpu_dram_active_ratio",), "fraction", AVG, _FRACTION),
+        "fb_used": _m(("gpuaudit_gpu_memory_used_bytes",), "bytes", LAST, "bytes"),
+        "mem_total": _m(("gpuaudit_gpu_memory_total_bytes",), "bytes", LAST, "bytes"),
+        "power_w": _m(("gpuaudit_gpu_power_watts",), "W", AVG, "w"),
+        "energy_j": _m(("gpuaudit_gpu_energy_joules_total",), "J", COUNTER, "j"),
+    },
+    labels={
+        # `host` is the agent's own --host: the host its Parquet is under, so imported rows meet its own rows.
+        "host": ("host", *NODE_LABELS, "instance"),
+        "gpu_uuid": ("gpu_uuid",),
+        "gpu_index": ("gpu_index",),
+        "gpu_name": ("gpu_name",),
+        "mig_instance": ("mig_instance",),
+        "mig_profile": ("mig_profile",),
+        "k8s_pod": (), "k8s_namespace": (), "container": (),
+        "job_id": (),
+        "user": (),
+    },
+)
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (DCGM, JOBSTATS, NVIDIA_SMI, GPUAUDIT)}
 DEFAULT_PRESET = DCGM.name
 
 
