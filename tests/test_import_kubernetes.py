@@ -47,7 +47,12 @@ PODS = [  # (namespace, pod, uid, node, [(container, resource, value)], [instanc
      ["ksm-0"], 0),
     ("ml", "fetch", "uid-e", "gpu-node-3", [("main", "nvidia_com_gpu", 2)], ["ksm-0"], 0),
     ("ml", "convert", "uid-f", "gpu-node-4", [("main", "cpu", 1)], ["ksm-0"], 0),
+    # The mixed MIG strategy: `nvidia.com/mig-1g.10gb` (an 80 GB A100/H100, 7 slices) and an A30's
+    # `nvidia.com/mig-1g.6gb` (4 slices), as kube-state-metrics sanitizes them.
+    ("ml", "mig-h100", "uid-g", "gpu-node-5", [("main", "nvidia_com_mig_1g_10gb", 2)], ["ksm-0"], 0),
+    ("ml", "mig-a30", "uid-h", "gpu-node-6", [("main", "nvidia_com_mig_1g_6gb", 1)], ["ksm-0"], 0),
 ]
+MIG_GPUS = {"ml/mig-h100": ("1g.10gb", 2 / 7), "ml/mig-a30": ("1g.6gb", 1 / 4)}
 # Init containers per pod: warmup's (4 GPUs) is larger than its app containers' sum (2), fetch's (1) smaller
 # than its app container's (2); convert's app containers request no GPU, its init container 1.
 INIT = {"warmup": [("compile", "nvidia_com_gpu", 4), ("sync", "nvidia_com_gpu", 1)],
@@ -119,7 +124,7 @@ def test_running_pods_gpu_requests_become_allocations(prom: PromServer, tmp_path
     notebook's MIG slice 3g.40gb all day = 24 x 3/7, once although two replicas report it; a CPU-only pod none."""
     root = tmp_path / "d"
     s = import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
-    assert s.jobs == 2 + len(INIT_GPUS)
+    assert s.jobs == 2 + len(INIT_GPUS) + len(MIG_GPUS)
     rows = _rows(root)
     train = [r for r in rows if r[0] == "ml/train-0"]
     assert len(train) == 1
@@ -128,7 +133,7 @@ def test_running_pods_gpu_requests_become_allocations(prom: PromServer, tmp_path
     nb = [r for r in rows if r[0] == "research/notebook"]
     assert nb[0][5] == "3g.40gb" and nb[0][4] == pytest.approx(3 / 7)
     hours = _gpu_hours(root)
-    assert hours.keys() == {"ml/train-0", "research/notebook", *INIT_GPUS}
+    assert hours.keys() == {"ml/train-0", "research/notebook", *INIT_GPUS, *MIG_GPUS}
     assert hours["ml/train-0"] == pytest.approx(8.0)
     assert hours["research/notebook"] == pytest.approx(24 * 3 / 7)
 
@@ -148,13 +153,26 @@ def test_init_containers_reserve_the_larger_of_the_largest_and_the_app_sum(prom:
     assert {j: hours[j] for j in INIT_GPUS} == pytest.approx({j: 24 * g for j, g in INIT_GPUS.items()})
 
 
+def test_mig_resources_count_as_their_share_of_the_model(prom: PromServer, tmp_path: Path) -> None:
+    """Issue 27.4: under the mixed MIG strategy a pod requests `nvidia.com/mig-<profile>`; each slice counts as
+    its profile's compute slices over its GPU model's: 1g.10gb is 1/7 of an 80 GB GPU, an A30's 1g.6gb 1/4 (the
+    importer counted every profile over 7 slices)."""
+    root = tmp_path / "d"
+    import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
+    rows = {r[0]: r for r in _rows(root)}
+    assert {j: rows[j][5] for j in MIG_GPUS} == {j: p for j, (p, _g) in MIG_GPUS.items()}
+    assert {j: rows[j][4] for j in MIG_GPUS} == pytest.approx({j: g for j, (_p, g) in MIG_GPUS.items()})
+    hours = _gpu_hours(root)
+    assert {j: hours[j] for j in MIG_GPUS} == pytest.approx({j: 24 * g for j, (_p, g) in MIG_GPUS.items()})
+
+
 def test_overlapping_imports_replace_their_window(prom: PromServer, tmp_path: Path) -> None:
     root = tmp_path / "d"
     conn = transport(prom.url, retries=0)
     import_kubernetes(root, conn, START, START + timedelta(days=1), 60)
     first = _gpu_hours(root)
     again = import_kubernetes(root, conn, START + timedelta(hours=4), START + timedelta(hours=12), 300)
-    assert again.replaced == 2 + len(INIT_GPUS)
+    assert again.replaced == 2 + len(INIT_GPUS) + len(MIG_GPUS)
     hours = _gpu_hours(root)
     assert hours == pytest.approx(first)
 
@@ -163,6 +181,7 @@ def test_cli_import_kubernetes(prom: PromServer, tmp_path: Path) -> None:
     r = run_cli("import", "kubernetes", "--url", prom.url, "--start", START.isoformat(),
                 "--end", (START + timedelta(days=1)).isoformat(), "--data", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert f"imported {2 + len(INIT_GPUS)} allocation rows ({2 + len(INIT_GPUS)} pods" in r.stdout
+    pods = 2 + len(INIT_GPUS) + len(MIG_GPUS)
+    assert f"imported {pods} allocation rows ({pods} pods" in r.stdout
     r = run_cli("import", "kubernetes", "--url", "ftp://x", "--data", str(tmp_path))
     assert "bad --url" in one_error_line(r)

@@ -9,6 +9,7 @@ Bump SCHEMA_VERSION when a column's meaning changes; adding a nullable column ke
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 SCHEMA_VERSION = 2  # 2: gr_engine_active and gpu_allocations; a MIG slice's energy_j is its own share
@@ -29,6 +30,26 @@ COMPACTED_TABLES = (SAMPLES, PROCESSES)
 # Values of gpu_allocations.source.
 ALLOC_SOURCE_SLURM = "slurm"
 ALLOC_SOURCE_KUBERNETES = "kubernetes"
+
+MIG_SLICES_PER_GPU = 7  # compute slices of an A100 / H100 / H200 / B200 (a 3g profile is 3/7 of the GPU)
+# An A30 has 4 compute slices; its profiles (24 GB: 1g.6gb, 2g.12gb, 4g.24gb) name no other model's.
+_FOUR_SLICE_MODELS = ("A30",)
+_FOUR_SLICE_PROFILES = ("1g.6gb", "2g.12gb", "4g.24gb")
+
+
+def mig_fraction(mig_profile: str | None, gpu_name: str | None = None) -> float:
+    """Share of a physical GPU a MIG profile stands for: the leading slice count over the model's compute slices
+    (7, or 4 on an A30, told by its name or its profile). `3g.40gb` -> 3/7, `1g.10gb+me` -> 1/7, `1c.3g.40gb`
+    (a compute instance) -> 3/7 (its GPU instance), `1g.6gb` -> 1/4. A whole GPU (no profile) is 1; an
+    unreadable profile counts as one slice."""
+    if not mig_profile:
+        return 1.0
+    four = (gpu_name is not None and any(m in gpu_name for m in _FOUR_SLICE_MODELS)) or any(
+        re.search(rf"(?:^|[._]){re.escape(p)}(?:$|[+_])", mig_profile) for p in _FOUR_SLICE_PROFILES)
+    total = 4 if four else MIG_SLICES_PER_GPU
+    m = re.search(r"(?:^|\.)(\d+)g\.", mig_profile)
+    slices = int(m.group(1)) if m else 1
+    return min(slices, total) / total
 
 # Hive partition keys, in directory order. They are not stored inside the files.
 PARTITION_KEYS = ("host", "date")

@@ -25,7 +25,6 @@ from typing import Any
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
-from gpuaudit.importer.slurm import MIG_SLICES_PER_GPU
 from gpuaudit.importer.timespec import align_down
 
 SOURCE = schema.ALLOC_SOURCE_KUBERNETES
@@ -58,7 +57,8 @@ def gpu_equivalents(resource: str, count: float) -> tuple[float, str | None]:
     """(GPU equivalents, MIG profile) of `count` units of a sanitized resource name."""
     m = _MIG_RESOURCE.fullmatch(resource)
     if m:
-        return count * int(m.group(1)) / MIG_SLICES_PER_GPU, f"{m.group(1)}g.{m.group(2)}gb"
+        profile = f"{m.group(1)}g.{m.group(2)}gb"
+        return count * schema.mig_fraction(profile), profile
     return count, None
 
 

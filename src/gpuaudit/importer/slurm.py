@@ -42,7 +42,6 @@ FIELDS = ("JobID", "JobIDRaw", "User", "Account", "Partition", "State", "Start",
 REQUIRED = ("JobID", "State", "Start", "End", "NodeList", "AllocTRES")
 # When gpuaudit runs sacct itself it asks for times with their offset: no --tz guesswork.
 TIME_FORMAT_ENV = "%Y-%m-%dT%H:%M:%S%z"
-MIG_SLICES_PER_GPU = 7  # compute slices of an A100 / H100 / H200 / B200 (a 3g profile is 3/7 of the GPU)
 _MIG = re.compile(r"(?:^|_)(\d)g\.(\d+)gb(?:$|[_+])", re.IGNORECASE)
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})?")
 _NOT_STARTED = {"unknown", "none", ""}
@@ -117,8 +116,9 @@ def parse_tres(text: str, job: str) -> Gpus | None:
     for kind, n in typed.items():
         m = _MIG.search(kind)
         if m:
-            profiles.add(f"{m.group(1)}g.{m.group(2)}gb")
-            equivalents += n * int(m.group(1)) / MIG_SLICES_PER_GPU
+            profile = f"{m.group(1)}g.{m.group(2)}gb"
+            profiles.add(profile)
+            equivalents += n * schema.mig_fraction(profile)
         else:
             kinds.add(kind)
             equivalents += n

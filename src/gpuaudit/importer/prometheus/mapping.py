@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.schema import MIB
+from gpuaudit.schema import MIB, mig_fraction
 
 # Unit -> factor to the field's stored unit (fractions, bytes, W, J, °C).
 _UNITS: dict[str, dict[str, float]] = {
@@ -141,17 +141,4 @@ def _split(item: str, option: str, known: dict) -> tuple[str, list[str]]:
     return fld, [n.strip() for n in rest.split(",") if n.strip()]
 
 
-# GPU models whose full MIG GPU has 4 compute slices instead of 7.
-_FOUR_SLICE_MODELS = ("A30",)
-
-
-def gpu_fraction(mig_profile: str | None, gpu_name: str | None = None) -> float:
-    """Share of a physical GPU a MIG profile stands for: the leading slice count over the model's slices
-    (7, or 4 on an A30). `3g.40gb` -> 3/7, `1g.10gb+me` -> 1/7, `1c.3g.40gb` (a compute instance)
-    -> 3/7 (its GPU instance). A whole GPU (no profile) is 1; an unreadable profile counts as 1/7."""
-    if not mig_profile:
-        return 1.0
-    total = 4 if gpu_name and any(m in gpu_name for m in _FOUR_SLICE_MODELS) else 7
-    m = re.search(r"(?:^|\.)(\d+)g\.", mig_profile)
-    slices = int(m.group(1)) if m else 1
-    return min(slices, total) / total
+gpu_fraction = mig_fraction  # the schema owns the MIG share (importers of all sources use it)
