@@ -164,7 +164,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         caveats.append(("all work is" if share >= 1 else f"{fmt.share(share)} of demand is") + " latency-sensitive: it "
                        "stays on owned GPUs, and plans that would rent it are not allowed")
     if trial.provisional:
-        caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
+        caveats.append(f"provisional: the trial covers {fmt.span(trial.days)} (< 90); re-run on a longer trial")
     if ev.upper_bound:
         caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
@@ -294,7 +294,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:
-        cap(1, f"the trial covers {trial.days:.1f} days, fewer than 90")
+        cap(1, f"the trial covers {fmt.span(trial.days)}, fewer than 90")
     if ev.sensitivity_flips:
         shown = ", ".join(ev.sensitivity_flips[:3]) + (" …" if len(ev.sensitivity_flips) > 3 else "")
         cap(1, f"±{ev.sensitivity_fraction:.0%} on {shown} changes the cheapest scenario")
