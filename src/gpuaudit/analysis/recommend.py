@@ -169,7 +169,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
 
-    if tie_keep:
+    if tie_keep and stay is not None:
         # Name the plans inside the tolerance and those outside it: "the alternatives are within $4k" beside an
         # all-cloud $979k dearer read as if every plan were.
         others = [x for x in scenarios if x.allowed and not x.what_if and x.id != stay.id]
