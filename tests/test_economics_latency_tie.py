@@ -133,3 +133,16 @@ def test_the_tie_sentence_names_the_plans_within_the_tolerance_and_those_not() -
             continue
         near = abs(s.total.value - stay) <= d.tie_usd
         assert s.label.lower() in (near_part if near else far_part), (s.id, d.headline)
+
+
+def test_cost_components_table_spells_a_zero_one_way() -> None:
+    """Issue 26.12: the all-on-prem row showed "—" for a component where stay-as-is and hybrid showed $0 for the
+    same thing: a component a plan does not have is $0 there too, one spelling."""
+    from gpuaudit.report.sections import build_report
+
+    r = analyze_rollups(rollups(_busy_fleet(0.2)), _cfg(90.0))
+    rep = build_report(r, version="test")
+    tables = [t for s in rep.sections for t in s.tables if t.caption.startswith("Where each total comes from")]
+    assert tables
+    for row in tables[0].rows:
+        assert "—" not in row[1:], row

@@ -680,8 +680,8 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     parts = sorted({k for s in c.scenarios for k in s.components})
     comp = ReportTable(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
-        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else fmt.MISSING["cell"]
-                                    for p in parts])
+        # A component a plan does not have costs it nothing: $0, as the plans that carry it at zero spell it.
+        rows=tuple((s.label, *[fmt.money(s.components.get(p, 0.0)) for p in parts])
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
