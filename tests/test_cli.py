@@ -97,3 +97,11 @@ def test_analysis_and_report_never_import_typer_or_pynvml() -> None:
 def test_shell_completion_script_is_offered() -> None:
     r = run_cli("--show-completion", "bash", env={"SHELL": "/bin/bash"})
     assert r.returncode == 0 and "complete -o default -F" in r.stdout
+
+
+def test_readme_states_the_schema_version_and_mig_instance_as_they_are() -> None:
+    """Issue 26.15: README said the schema version is "currently 1" (files say schema.SCHEMA_VERSION) and
+    `mig_instance` "null for a whole GPU" while gpu_hours and sql/gpu_summary.sql show -1."""
+    readme = (REPO / "README.md").read_text()
+    assert f"currently **{schema.SCHEMA_VERSION}**" in readme
+    assert "-1 for a whole GPU" in " ".join(readme.split())

@@ -54,7 +54,7 @@ def test_a_difference_inside_the_models_uncertainty_is_a_tie() -> None:
     d = r.decision
     assert d.tie and d.recommended_scenario == "stay-as-is" and d.recommendation == "on-prem"
     assert d.tie_usd >= 0.01 * stay
-    assert "keep what you have; the alternatives are within $" in d.headline
+    assert "keep what you have; " in d.headline and " within $" in d.headline
     assert f"${d.tie_usd:,.0f}" in d.headline
 
 
@@ -115,3 +115,34 @@ def test_the_latency_sensitive_share_is_said_beside_the_decision() -> None:
     # a share is never rounded into a different claim (0 % beside a plan it rules out, 100 % where renting is fine)
     tiny = analyze_rollups(rollups(_bursty_fleet()), _cfg().replace("decision", latency_sensitive_share=0.001))
     assert any("0.1 % of demand is latency-sensitive" in c for c in tiny.decision.caveats), tiny.decision.caveats
+
+
+def test_the_tie_sentence_names_the_plans_within_the_tolerance_and_those_not() -> None:
+    """Issue 26.11: "keep what you have; the alternatives are within $4,009" while all cloud was $979k dearer: the
+    sentence names which plans are within the tolerance and which are not."""
+    r = analyze_rollups(rollups(_busy_fleet(0.2)), _cfg(90.0))
+    d = r.decision
+    assert d.tie
+    stay = {s.id: s for s in r.costs.scenarios}["stay-as-is"].total.value
+    head, _, tail = d.headline.partition(" within ")
+    near_part = head.rsplit(";", 1)[-1]
+    far_part = tail.partition("not within it:")[2]
+    assert far_part, d.headline
+    for s in r.costs.scenarios:
+        if s.what_if or not s.allowed or s.id == "stay-as-is":
+            continue
+        near = abs(s.total.value - stay) <= d.tie_usd
+        assert s.label.lower() in (near_part if near else far_part), (s.id, d.headline)
+
+
+def test_cost_components_table_spells_a_zero_one_way() -> None:
+    """Issue 26.12: the all-on-prem row showed "—" for a component where stay-as-is and hybrid showed $0 for the
+    same thing: a component a plan does not have is $0 there too, one spelling."""
+    from gpuaudit.report.sections import build_report
+
+    r = analyze_rollups(rollups(_busy_fleet(0.2)), _cfg(90.0))
+    rep = build_report(r, version="test")
+    tables = [t for s in rep.sections for t in s.tables if t.caption.startswith("Where each total comes from")]
+    assert tables
+    for row in tables[0].rows:
+        assert "—" not in row[1:], row

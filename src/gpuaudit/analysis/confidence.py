@@ -33,6 +33,15 @@ def daily(gpu_hours: pl.DataFrame, start_s: float | None = None, days: float | N
     )
 
 
+def no_interval_reason(c: Confidence) -> str:
+    """Why no day-resamples were drawn: too few whole days for the minimum, or none asked for."""
+    if c.too_few_days:
+        return f"too few days ({c.days}, need {c.min_days})"
+    if c.days == 0:
+        return "no whole UTC day observed"
+    return "analysis.bootstrap_resamples = 0"
+
+
 def resample_index(n_days: int, resamples: int, seed: int) -> np.ndarray:
     """The days drawn by each resample (resamples × n_days): the utilization and the cost bootstraps share it."""
     rng = np.random.default_rng(seed)

@@ -164,15 +164,25 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
         caveats.append(("all work is" if share >= 1 else f"{fmt.share(share)} of demand is") + " latency-sensitive: it "
                        "stays on owned GPUs, and plans that would rent it are not allowed")
     if trial.provisional:
-        caveats.append(f"provisional: the trial covers {trial.days:.1f} days (< 90); re-run on a longer trial")
+        caveats.append(f"provisional: the trial covers {fmt.span(trial.days)} (< 90); re-run on a longer trial")
     if ev.upper_bound:
         caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
                        f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
 
-    if tie_keep:
+    if tie_keep and stay is not None:
+        # Name the plans inside the tolerance and those outside it: "the alternatives are within $4k" beside an
+        # all-cloud $979k dearer read as if every plan were.
+        others = [x for x in scenarios if x.allowed and not x.what_if and x.id != stay.id]
+        stay_usd = stay.total.value or 0.0
+        near = [x.label.lower() for x in others if abs((x.total.value or 0.0) - stay_usd) <= tie_usd]
+        far = [f"{x.label.lower()} ({_usd(abs((x.total.value or 0.0) - stay_usd))} "
+               f"{'more' if (x.total.value or 0.0) > stay_usd else 'less'})"
+               for x in others if abs((x.total.value or 0.0) - stay_usd) > tie_usd]
+        near_text = " and ".join(near) if near else "no other plan"
         headline = (f"{_utilization_text(inputs, ev)[0].upper()}{_utilization_text(inputs, ev)[1:]}: keep what you "
-                    f"have; the alternatives are within {_usd(tie_usd)} over {months} months (the cheapest, "
-                    f"{runner_up.label.lower()}, saves {_usd(saving)}: inside the cost model's uncertainty).")
+                    f"have; {near_text} {'is' if len(near) <= 1 else 'are'} within {_usd(tie_usd)} over {months} "
+                    f"months (the cheapest, {runner_up.label.lower()}, saves {_usd(saving)}: inside the cost "
+                    "model's uncertainty)" + (f"; not within it: {', '.join(far)}." if far else "."))
     else:
         headline = _headline(fired, inputs, best, stay, tree, tree_best, saving, versus_tree, ev, months,
                              residency, agrees, tie and cost_branch != fired.branch.value, forbidden)
@@ -294,7 +304,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:
-        cap(1, f"the trial covers {trial.days:.1f} days, fewer than 90")
+        cap(1, f"the trial covers {fmt.span(trial.days)}, fewer than 90")
     if ev.sensitivity_flips:
         shown = ", ".join(ev.sensitivity_flips[:3]) + (" …" if len(ev.sensitivity_flips) > 3 else "")
         cap(1, f"±{ev.sensitivity_fraction:.0%} on {shown} changes the cheapest scenario")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.confidence import no_interval_reason
 from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
@@ -59,7 +60,7 @@ def summary(r: AnalysisResult) -> str:
     heads = hl.by_key(r)
     conf = d.confidence
     lines = [
-        f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({t.days:.1f} days), {t.gpus} GPUs on "
+        f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({fmt.span(t.days)}), {t.gpus} GPUs on "
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
         *_model_lines(r),
         f"observed GPU-hours W      {u.observed_gpu_hours.value:,.1f}",
@@ -78,7 +79,7 @@ def summary(r: AnalysisResult) -> str:
         *(f"  caveat: {x}" for x in d.caveats),
         *(f"  confidence: {x}" for x in conf.reasons),
         (f"  rule flips in {ci.flip_share:.0%} and the cheapest scenario in {ci.cheapest_flip_share:.0%} of "
-         f"{ci.resamples} day-resamples" if ci.resamples else "  no day-resamples (analysis.bootstrap_resamples = 0)")
+         f"{ci.resamples} day-resamples" if ci.resamples else f"  no day-resamples ({no_interval_reason(ci)})")
         + f"; re-evaluate on {d.reevaluate_on}",
         "",
         f"costs, present value over {c.horizon_months} months at {c.discount_rate_per_year:.0%}/year (preset "

@@ -32,6 +32,7 @@ from gpuaudit.analysis.result import (
 from gpuaudit.analysis.stage1.rollup import Rollups
 from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
 from gpuaudit.errors import NoDataError
+from gpuaudit.util import fmt
 
 H = float(HOUR_S)
 SRC_SAMPLES = "gpu_samples via sql/analysis_streams.sql (de-duplicated) and sql/analysis_rollup.sql"
@@ -572,7 +573,7 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
     warnings = []
     if tr.provisional:
         warnings.append(
-            f"the trial covers {tr.days:.1f} days, less than {cfg.decision.provisional_below_days:g}: the decision "
+            f"the trial covers {fmt.span(tr.days)}, less than {cfg.decision.provisional_below_days:g}: the decision "
             "is provisional"
         )
     if upper:

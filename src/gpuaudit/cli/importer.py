@@ -133,20 +133,31 @@ def prometheus(
 
 
 def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
+    """The import's outcome on stdout; skipped jobs and hosts without telemetry as `gpuaudit: warning:` lines
+    (the one warning format, util/logsetup's)."""
+    import logging
+
     from gpuaudit.util.textsafe import printable
 
-    typer.echo(f"imported {s.rows} allocation rows ({s.jobs} {unit}, {s.gpu_hours:,.1f} GPU-hours allocated) "
-               f"from {what} into {printable(root)}")
+    log = logging.getLogger("gpuaudit")
+
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun if n == 1 else noun + 's'}"
+
+    typer.echo(f"imported {s.rows} allocation rows ({count(s.jobs, unit)}, {s.gpu_hours:,.1f} GPU-hours "
+               f"allocated) from {what} into {printable(root)}")
     if s.replaced:
         typer.echo(f"replaced {s.replaced} rows of earlier imports")
     for reason, n in sorted(s.skipped.items()):
         example = s.examples.get(reason)
-        typer.echo(f"skipped {n} jobs: {reason}" + (f" (e.g. {printable(example)})" if example else ""), err=True)
+        log.warning("skipped %s: %s%s", count(n, unit), reason, f" (e.g. {example})" if example else "")
     if s.unknown_hosts:
-        shown = ", ".join(printable(h) for h in s.unknown_hosts[:5])
+        shown = ", ".join(s.unknown_hosts[:5])
         more = f" and {len(s.unknown_hosts) - 5} more" if len(s.unknown_hosts) > 5 else ""
-        typer.echo(f"warning: {len(s.unknown_hosts)} hosts have allocations but no telemetry in the dataset "
-                   f"({shown}{more}): kept, and reported by analyze as allocations outside the ledger", err=True)
+        n_hosts = len(s.unknown_hosts)
+        log.warning("%s %s allocations but no telemetry in the dataset (%s%s): kept, and reported by analyze as "
+                    "allocations outside the ledger", count(n_hosts, "host"), "has" if n_hosts == 1 else "have",
+                    shown, more)
 
 
 @import_app.command("slurm")
@@ -164,7 +175,8 @@ def slurm(
     data: Path = DataOption,
 ) -> None:
     """Import Slurm allocations (sacct AllocTRES gres/gpu) into gpu_allocations: what the scheduler says each
-    job held, per job per host.
+    job held, per job per host. The sacct output must start with its header line (no --noheader): the header
+    names the columns.
 
     Example: sacct --allusers --parsable2 --format=JobID,JobIDRaw,User,Account,Partition,State,Start,End,\
 NodeList,AllocTRES -S 2026-01-01 > jobs.txt; gpuaudit import slurm --sacct-file jobs.txt --tz Europe/Berlin
@@ -190,7 +202,7 @@ NodeList,AllocTRES -S 2026-01-01 > jobs.txt; gpuaudit import slurm --sacct-file 
         what = str(path)
     root = data_path(data)
     summary = import_sacct(root, text, tz=zone_info, now=t_now)
-    _allocation_summary(what, summary, root, "jobs")
+    _allocation_summary(what, summary, root, "job")
 
 
 @import_app.command("kubernetes")
@@ -224,4 +236,4 @@ def kubernetes(
     conn = _connect(url, bearer_token_file, user, password, ca_file, insecure, timeout_s=timeout)
     root = data_path(data)
     summary = import_kubernetes(root, conn, t_start, t_end, step_s, selector=selector)
-    _allocation_summary(url, summary, root, "pods")
+    _allocation_summary(url, summary, root, "pod")

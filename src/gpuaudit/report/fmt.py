@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gpuaudit.util.fmt import MISSING, NA, hours, money, num, pct, pp, unit_value
+from gpuaudit.util.fmt import MISSING, NA, hours, money, num, pct, pp, span, unit_value
 
-__all__ = ["MISSING", "NA", "hours", "money", "num", "pct", "pp", "unit_value"]
+__all__ = ["MISSING", "NA", "hours", "money", "num", "pct", "pp", "span", "unit_value"]

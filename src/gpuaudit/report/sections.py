@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuaudit import schema
 from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.confidence import no_interval_reason
 from gpuaudit.analysis.recommend import constraint_text
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
@@ -71,7 +72,7 @@ def build_report(result: AnalysisResult, *, version: str, title: str = "GPU util
     subtitle = (
         f"{trial.gpus:,} GPU{'' if trial.gpus == 1 else 's'} on {trial.hosts:,} host{'' if trial.hosts == 1 else 's'}"
         f" · trial {_date(trial.start)} → {_date(trial.end)} UTC "
-        f"({trial.days:.1f} days) · {trial.samples:,} samples"
+        f"({fmt.span(trial.days)}) · {trial.samples:,} samples"
     )
     return Report(
         title=title,
@@ -219,14 +220,15 @@ def _verdict(r: AnalysisResult) -> Verdict:
             f"{c.cheapest_flip_share:.0%} of {c.resamples:,} resamples of the {c.days} observed days"
         )
     else:
-        confidence = f"{conf.level} — {what} {fmt.pct(c.real_utilization.point)}; no day-resamples, no interval"
+        confidence = (f"{conf.level} — {what} {fmt.pct(c.real_utilization.point)}; no day-resamples "
+                      f"({no_interval_reason(c)}), no interval")
     if conf.reasons:
         confidence += ". Not higher because: " + "; ".join(conf.reasons)
     figs = [*_headlines(r, hl.REAL, hl.BELIEVED, hl.PHANTOM_GAP, emphasis=(hl.REAL,)), _cheapest_figure(r)]
     lever = _lever_figure(r)
     if lever is not None:
         figs.append(lever)
-    reason = (f"the trial covers {r.trial.days:.1f} days, less than the minimum for a firm decision; "
+    reason = (f"the trial covers {fmt.span(r.trial.days)}, less than the minimum for a firm decision; "
               f"collect more data and re-run")
     return Verdict(
         branch=rec,
@@ -678,8 +680,8 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     parts = sorted({k for s in c.scenarios for k in s.components})
     comp = ReportTable(
         columns=("scenario", *[p.replace("_", " ") for p in parts]),
-        rows=tuple((s.label, *[fmt.money(s.components.get(p)) if p in s.components else fmt.MISSING["cell"]
-                                    for p in parts])
+        # A component a plan does not have costs it nothing: $0, as the plans that carry it at zero spell it.
+        rows=tuple((s.label, *[fmt.money(s.components.get(p, 0.0)) for p in parts])
                    for s in c.scenarios),
         numeric=(False, *[True] * len(parts)),
         caption="Where each total comes from (USD, present value; residual value is negative: what is owned at the end "
@@ -726,7 +728,7 @@ def _costs(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             f"{best.label if best else c.cheapest} ({fmt.money(best.total.value if best else None)}). All-cloud "
             f"minus the cheapest owning scenario: {fmt.money(ci.point)} "
             + (f"({r.confidence.level:.0%} interval {fmt.money(ci.low)} to {fmt.money(ci.high)} over day-resamples)."
-               if r.confidence.resamples else "(no day-resamples were drawn: no interval)."))
+               if r.confidence.resamples else f"(no day-resamples: {no_interval_reason(r.confidence)}; no interval)."))
     notes = []
     if not r.decision.agrees_with_costs:
         notes.append("The decision tree (utilization thresholds) and the cheapest scenario of the cost model "

@@ -74,6 +74,11 @@ def hours(v: float | None) -> str:
     return f"{x:,.0f} GPU-h" if abs(x) >= 10 else f"{x:,.1f} GPU-h"
 
 
+def span(days: float) -> str:
+    """A trial's length: days, or hours when under one day (a 1-hour trial is not "0.0 days")."""
+    return f"{days:.1f} days" if days >= 1 else f"{days * 24:.1f} hours"
+
+
 def unit_value(value: float | None, unit: str) -> str:
     """Format a value by its unit name as the analyzer spells it."""
     u = (unit or "").lower()

@@ -1,0 +1,37 @@
+"""Issue 26.9: a trial shorter than the bootstrap minimum says why there is no interval, and a sub-day trial's
+length is shown in hours, in `analyze` and in the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+
+@pytest.fixture(scope="module")
+def short_trial(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("short")
+    r = run_cli("simulate", "--gpus", "8", "--days", "0.05", "--interval", "300", "--start", "2026-01-01T00:00:00Z",
+                "--data", str(data))
+    assert r.returncode == 0, r.stderr
+    return data
+
+
+def test_analyze_names_too_few_days_not_zero_resamples(short_trial: Path) -> None:
+    """Defect: with bootstrap_resamples 1000 the text said "no day-resamples (analysis.bootstrap_resamples = 0)"
+    and the header "(0.0 days)" for a 1.2-hour trial."""
+    r = run_cli("analyze", "--data", str(short_trial))
+    assert r.returncode == 0, r.stderr
+    assert "bootstrap_resamples = 0" not in r.stdout
+    assert "too few days (1, need 7)" in r.stdout, r.stdout
+    assert "0.0 days" not in r.stdout + r.stderr and "(1.2 hours)" in r.stdout, r.stdout
+
+
+def test_report_header_shows_hours_for_a_sub_day_trial(short_trial: Path, tmp_path: Path) -> None:
+    r = run_cli("report", "--data", str(short_trial), "--out", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "0.0 days" not in md and "(1.2 hours)" in md
+    assert "too few days (1, need 7)" in md
