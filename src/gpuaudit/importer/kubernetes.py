@@ -29,7 +29,6 @@ from gpuaudit.importer.slurm import MIG_SLICES_PER_GPU
 from gpuaudit.importer.timespec import align_down
 
 SOURCE = schema.ALLOC_SOURCE_KUBERNETES
-GPU_RESOURCE = "nvidia_com_gpu"
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d)g_(\d+)gb")
 _RESOURCES = "nvidia_com_gpu|nvidia_com_mig_.+"
 _KEY = ("namespace", "pod", "uid", "node", "resource")

@@ -35,9 +35,6 @@ class MetricSpec:
     stored: str  # key of _UNITS: the unit family of the dataset column
 
 
-# Fields an exporter may give beside the stored columns: mem_total (bytes) where used + free is not exported.
-DERIVED_FIELDS = ("mem_total",)
-
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
@@ -61,9 +58,6 @@ class Mapping:
     def factor(self, fld: str) -> float:
         spec = self.metrics[fld]
         return _UNITS[spec.stored][spec.unit.lower()]
-
-
-DEFAULT_EXPORTER_POD = "dcgm-exporter"
 
 
 def build_mapping(metric_overrides: list[str] | None = None, label_overrides: list[str] | None = None,
