@@ -104,3 +104,17 @@ def test_the_contract_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> N
     probe.write_text("def f():\n    import typer\n    from ...cli import _common\n")
     got = _imports(probe, "gpuaudit.analysis.stage1.probe")
     assert {"typer", "gpuaudit.cli", "gpuaudit.cli._common"} <= got
+
+
+def test_package_docstrings_name_only_modules_that_exist() -> None:
+    """Issue 24 (rooms): a package docstring that names `x.py` names a module of that package, or `area/x.py` one
+    under src/gpuaudit: a guide to the room must not point at a module that was moved or removed."""
+    import re
+
+    bad = []
+    for init in sorted(SRC.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        for name in sorted(set(re.findall(r"([\w/]+)\.py\b", doc))):
+            if not any((base / f"{name}.py").exists() for base in (init.parent, SRC, SRC.parent)):
+                bad.append(f"{init.relative_to(SRC)} names {name}.py")
+    assert not bad, "\n".join(bad)
