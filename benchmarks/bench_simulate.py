@@ -105,7 +105,8 @@ def _simulate(root: Path, scenario: str, gpus: int, days: float, interval: float
 def _per_row_baseline(scenario: str, gpus: int, days: float, interval: float, steps: int) -> float:
     """Rows/s of a per-timestamp Python generator (LoadModel.at): values only, nothing written. The same
     fleet as the timed command: its seed and default start."""
-    from gpuaudit.sim.workload import default_start, load_model
+    from gpuaudit.sim.loadmodel import load_model
+    from gpuaudit.sim.workload import default_start
 
     model = load_model(scenario, gpus, seed=FLEET_SEED, start=default_start(days), days=days)
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
-from gpuaudit.analysis.config import load_config, preset_comments
+from gpuaudit.analysis.config import Config, load_config, preset_comments
 from gpuaudit.analysis.costs import (
     HOURS_PER_MONTH,
     Timeline,
@@ -24,18 +24,21 @@ from gpuaudit.analysis.costs import (
     cloud_bill,
     cloud_cost,
     cloud_prices,
-    mix_multiplier,
-    on_prem_cost,
     owned_cost,
     owned_total,
     power_watts,
     resale_value,
-    reserved_capacity,
     timeline,
 )
-from gpuaudit.analysis.hybrid import critical_fractile_n, overflow_hours, overflow_mean, size
+from gpuaudit.analysis.hybrid import critical_fractile_n, overflow_mean, size
 from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.errors import GpuauditError
+
+
+def _owned(cfg: Config, gpus: float, months: float, watts: float) -> dict[str, float]:
+    """Building and running a new fleet of `gpus` GPUs over `months`, by component."""
+    return {k: float(v[0]) for k, v in owned_cost(cfg, timeline(cfg, months), float(gpus), watts).items()}
+
 
 # --------------------------------------------------------------------------------------------- the article
 
@@ -68,7 +71,7 @@ def test_article_preset_reproduces_the_article_example() -> None:
     cfg = load_config(preset="article")
     cloud = sum(cloud_cost(cfg, 100 * 40 * 52, 12).values())  # 100 units, 40 h/week, 52 weeks, spot
     watts, source = power_watts(cfg, 250.0)  # measured power is ignored: the article's 4000 W
-    onprem = sum(on_prem_cost(cfg, 100, 12, watts).values())
+    onprem = sum(_owned(cfg, 100, 12, watts).values())
     assert (watts, source) == (4000.0, "configured")
     assert round(cloud, 2) == 2_916_600.00
     assert round(onprem, 2) == 1_710_480.00
@@ -85,7 +88,7 @@ def test_article_preset_matches_the_article_functions_everywhere(units: int, hou
     weeks = months * 52 / 12
     assert sum(cloud_cost(cfg, units * hours * weeks, months).values()) == pytest.approx(
         article_total_cost_cloud(units, hours, weeks), rel=1e-12)
-    assert sum(on_prem_cost(cfg, units, months, 4000.0).values()) == pytest.approx(
+    assert sum(_owned(cfg, units, months, 4000.0).values()) == pytest.approx(
         article_total_cost_onprem(units, months), rel=1e-12)
 
 
@@ -115,7 +118,7 @@ def test_discounting_lowers_running_costs_not_upfront_capital() -> None:
                                 staff_usd_per_node_per_month=0.0, space_usd_per_node_per_month=0.0,
                                 networking_usd=0.0)
     plain = cfg.replace("analysis", discount_rate_per_year=0.0)
-    a, b = on_prem_cost(plain, 8, 36, 500.0), on_prem_cost(cfg, 8, 36, 500.0)
+    a, b = _owned(plain, 8, 36, 500.0), _owned(cfg, 8, 36, 500.0)
     assert a["hardware"] == b["hardware"] == 8 * cfg.on_prem.hardware_usd_per_gpu  # paid at month 0
     assert b["power"] == pytest.approx(a["power"] * timeline(cfg).annuity / 36)
     assert b["power"] < a["power"]
@@ -124,21 +127,21 @@ def test_discounting_lowers_running_costs_not_upfront_capital() -> None:
 def test_upfront_capex_is_bought_then_resold_spread_is_straight_line() -> None:
     cfg = load_config().replace("analysis", discount_rate_per_year=0.0)
     o = cfg.on_prem
-    up = on_prem_cost(cfg, 16, 24, 500.0)
+    up = _owned(cfg, 16, 24, 500.0)
     # bought now, worth salvage + (1 − salvage) × (1 − 2/3) at 24 months of a 36-month life
     assert up["hardware"] == pytest.approx(16 * o.hardware_usd_per_gpu)
     value = 16 * o.hardware_usd_per_gpu * (o.salvage_fraction + (1 - o.salvage_fraction) / 3)
     net_value = o.networking_usd * (1 - 2 / o.networking_amortization_years)
     assert up["residual_value"] == pytest.approx(-(value + net_value))
-    spread = on_prem_cost(cfg.replace("on_prem", capex_timing="spread"), 16, 24, 500.0)
+    spread = _owned(cfg.replace("on_prem", capex_timing="spread"), 16, 24, 500.0)
     assert spread["hardware"] == pytest.approx(16 * o.hardware_usd_per_gpu / 36 * 24)
     assert spread["residual_value"] == 0.0
     # networking is amortized like hardware, over its own life
     assert spread["networking"] == pytest.approx(o.networking_usd / (o.networking_amortization_years * 12) * 24)
     # with no salvage, a zero rate and horizon = life, both timings cost the same
     same = cfg.replace("on_prem", salvage_fraction=0.0, networking_amortization_years=3.0)
-    u = sum(on_prem_cost(same, 16, 36, 500.0).values())
-    s = sum(on_prem_cost(same.replace("on_prem", capex_timing="spread"), 16, 36, 500.0).values())
+    u = sum(_owned(same, 16, 36, 500.0).values())
+    s = sum(_owned(same.replace("on_prem", capex_timing="spread"), 16, 36, 500.0).values())
     assert u == pytest.approx(s)
 
 
@@ -179,7 +182,6 @@ def test_default_cloud_prices() -> None:
     assert p.flexible == pytest.approx(p.list * flexible_mix)
     assert p.reserved == pytest.approx(p.list * c.reserved_multiplier)
     assert p.blended == pytest.approx(c.reserved_share * p.reserved + (1 - c.reserved_share) * p.flexible)
-    assert mix_multiplier(cfg) == pytest.approx(p.blended / p.list)
     assert p.unit == 1
 
 
@@ -187,15 +189,13 @@ def test_reservations_are_billed_around_the_clock() -> None:
     """Demand of 8 GPUs half the time: a reservation covering 30 % of the hours idles the other half."""
     cfg = load_config().replace("analysis", discount_rate_per_year=0.0)
     demand = np.array([8.0, 0.0] * 50)
-    k = reserved_capacity(demand, 0.3, 1)
-    assert k == pytest.approx(2.4)  # Σ min(d, K) = 50 K = 0.3 × 400
+    k = 2.4  # the reservation whose hours cover 30 %: Σ min(d, K) = 50 K = 0.3 × 400
     bill = cloud_bill(cfg, timeline(cfg), k, float(np.maximum(demand - k, 0).mean()))
     p = cloud_prices(cfg)
     assert bill["cloud_reserved"] == pytest.approx(k * HOURS_PER_MONTH * 36 * p.reserved)  # 24/7, idle or not
     assert bill["cloud_flexible"] == pytest.approx((8 - k) / 2 * HOURS_PER_MONTH * 36 * p.flexible)
-    # steady demand: the same as the blended price per GPU-hour
-    steady = np.full(100, 4.0)
-    ks = reserved_capacity(steady, 0.3, 1)
+    # steady demand of 4 GPUs, 30 % of its hours reserved: the same as the blended price per GPU-hour
+    ks = 0.3 * 4.0
     flat = cloud_bill(cfg, timeline(cfg), ks, 4.0 - ks)
     assert flat["cloud_reserved"] + flat["cloud_flexible"] == pytest.approx(4 * HOURS_PER_MONTH * 36 * p.blended)
 
@@ -203,7 +203,6 @@ def test_reservations_are_billed_around_the_clock() -> None:
 def test_instance_granularity_bills_whole_instances() -> None:
     assert list(billable(np.array([0.0, 0.5, 3.0, 8.0, 8.1]), 8)) == [0.0, 8.0, 8.0, 8.0, 16.0]
     assert list(billable(np.array([3.0]), 1)) == [3.0]
-    assert reserved_capacity(np.array([8.0, 16.0, 8.0, 0.0]), 0.6, 8) == 8.0
     rows = [r for g in range(3) for r in gpu_rows("n1", f"GPU-{g}", 48 * 12, interval_s=300, sm=0.5, procs=1)]
     gpu = analyze_rollups(rollups(rows), load_config(), overrides=Overrides(current="cloud"))
     inst = analyze_rollups(rollups(rows), load_config().replace("cloud", billing_granularity="instance"),
@@ -301,7 +300,7 @@ def _brute(cfg, demand, existing=0):  # type: ignore[no-untyped-def]
 def test_overflow_matches_a_loop() -> None:
     d = np.array([0.0, 1.5, 3.0, 3.0, 7.25])
     for n in range(9):
-        assert overflow_hours(d, np.array([float(n)]), 0.5)[0] == pytest.approx(sum(max(x - n, 0) for x in d) * 0.5)
+        assert overflow_mean(d, np.array([float(n)]))[0] == pytest.approx(np.mean([max(x - n, 0) for x in d]))
         assert overflow_mean(d, np.array([float(n)]), 8)[0] == pytest.approx(
             np.mean([math.ceil(max(x - n, 0) / 8 - 1e-9) * 8 for x in d]))
 
@@ -375,12 +374,12 @@ def test_cloud_cost_is_monotone_in_every_price(key: str, base: float, bump: floa
 @given(key=st.sampled_from(ONPREM_PRICES), base=st.floats(1, 100), bump=st.floats(0, 100),
        gpus=st.integers(0, 500), months=st.integers(1, 60))
 @settings(max_examples=80, deadline=None)
-def test_on_prem_cost_is_monotone_in_every_price(key: str, base: float, bump: float, gpus: int,
+def test_owned_cost_is_monotone_in_every_price(key: str, base: float, bump: float, gpus: int,
                                                  months: int) -> None:
     cfg = load_config()
     lo = cfg.replace("on_prem", **{key: base})
     hi = cfg.replace("on_prem", **{key: base + bump})
-    assert sum(on_prem_cost(hi, gpus, months, 500).values()) >= sum(on_prem_cost(lo, gpus, months, 500).values()) - 1e-6
+    assert sum(_owned(hi, gpus, months, 500).values()) >= sum(_owned(lo, gpus, months, 500).values()) - 1e-6
 
 
 @given(bump=st.floats(0.01, 2.0))
@@ -481,19 +480,6 @@ def test_config_replace_keeps_other_values() -> None:
     assert new.cloud.spot_multiplier == 0.4 and new.on_prem == cfg.on_prem
 
 
-@given(demand=st.lists(st.floats(0, 64), min_size=1, max_size=80), share=st.floats(0.01, 1.0),
-       unit=st.sampled_from([1, 8]))
-@settings(max_examples=80, deadline=None)
-def test_reservation_is_the_smallest_that_covers_its_share(demand: list[float], share: float, unit: int) -> None:
-    b = billable(np.array(demand), unit)
-    k = reserved_capacity(b, share, unit)
-    covered = float(np.minimum(b, k).sum())
-    assert covered >= share * b.sum() * (1 - 1e-9) - 1e-9
-    smaller = k - (unit if unit > 1 else 1e-6 * max(1.0, k))
-    if smaller >= 0 and b.sum() > 0:
-        assert float(np.minimum(b, smaller).sum()) < share * b.sum() + 1e-9
-
-
 def test_break_even_prices_renting_and_owning_the_same() -> None:
     """At u*, renting k × today's held demand (fixed part + k × the compute bill) costs exactly what owning
     the fleet costs; with per-GPU billing that is renting the demand itself scaled by k."""
@@ -528,8 +514,8 @@ def test_break_even_prices_renting_and_owning_the_same() -> None:
 
 
 def test_article_preset_reproduces_its_on_prem_total_through_the_analyzer() -> None:
-    """The article test called costs.cloud_cost / on_prem_cost, which the analyzer never calls: it could pass
-    while the analyzer drifted. End to end: 100 GPUs held 40 h of a 168 h week, a new build (--current cloud),
+    """The article test calls costs.cloud_cost, which the analyzer never calls: it could pass while the analyzer
+    drifts. End to end: 100 GPUs held 40 h of a 168 h week, a new build (--current cloud),
     --preset article: all on-prem is the article's $1,710,480.00 exactly; all cloud is the article's formula over
     the analyzer's 730 h months (208,571 GPU-hours a year, not the article's 52 weeks' 208,000)."""
     from tests.analysis_helpers import gpu_rows, rollups

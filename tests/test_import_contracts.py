@@ -104,3 +104,56 @@ def test_the_contract_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> N
     probe.write_text("def f():\n    import typer\n    from ...cli import _common\n")
     got = _imports(probe, "gpuaudit.analysis.stage1.probe")
     assert {"typer", "gpuaudit.cli", "gpuaudit.cli._common"} <= got
+
+
+def test_package_docstrings_name_only_modules_that_exist() -> None:
+    """Issue 24 (rooms): a package docstring that names `x.py` names a module of that package, or `area/x.py` one
+    under src/gpuaudit: a guide to the room must not point at a module that was moved or removed."""
+    import re
+
+    bad = []
+    for init in sorted(SRC.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        for name in sorted(set(re.findall(r"([\w/]+)\.py\b", doc))):
+            if not any((base / f"{name}.py").exists() for base in (init.parent, SRC, SRC.parent)):
+                bad.append(f"{init.relative_to(SRC)} names {name}.py")
+    assert not bad, "\n".join(bad)
+
+
+def _module_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Cycles between modules of one package, every import counted (a function-level import only hides a
+    cycle from the interpreter, not from the design). Package `__init__` modules are left out: importing a
+    sibling through its package is how a package is used, not a cycle."""
+    modules = {m for m, _ in graph.items() if (SRC.parent / (m.replace(".", "/") + ".py")).exists()}
+    edges = {m: {i for i in graph[m] if i in modules and i != m and i.rpartition(".")[0] == m.rpartition(".")[0]}
+             for m in modules}
+    cycles = set()
+    for start in sorted(edges):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges[node]:
+                if nxt == start:
+                    i = path.index(min(path))
+                    cycles.add(" -> ".join([*path[i:], *path[:i], path[i]]))
+                elif nxt not in path and nxt > start:
+                    stack.append((nxt, [*path, nxt]))
+    return sorted(cycles)
+
+
+# Not yet broken: the cache's code digest and its loader need rollup's module and Rollups, and rollup reads the
+# cache (Rollups in a module of its own breaks it). Listed so that no new cycle joins it; remove it when it goes.
+KNOWN_CYCLES = {"gpuaudit.analysis.stage1.cache -> gpuaudit.analysis.stage1.rollup -> gpuaudit.analysis.stage1.cache"}
+
+
+def test_no_import_cycle_between_modules_of_a_package() -> None:
+    """Issue 24 (rooms): inside a package the modules form a DAG too; a shared piece belongs to its owner."""
+    cycles = _module_cycles(_graph())
+    new = [c for c in cycles if c not in KNOWN_CYCLES]
+    assert not new, "\n".join(new)
+    assert set(cycles) == KNOWN_CYCLES, f"no longer a cycle, remove from KNOWN_CYCLES: {KNOWN_CYCLES - set(cycles)}"
+
+
+def test_the_cycle_reader_sees_a_cycle_hidden_in_a_function() -> None:
+    graph = {"gpuaudit.util.fmt": {"gpuaudit.util.paths"}, "gpuaudit.util.paths": {"gpuaudit.util.fmt"}}
+    assert _module_cycles(graph) == ["gpuaudit.util.fmt -> gpuaudit.util.paths -> gpuaudit.util.fmt"]

@@ -8,8 +8,8 @@ from tests.analysis_helpers import gpu_rows, rollups
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
-from gpuaudit.report import fmt
 from gpuaudit.report.sections import build_report
+from gpuaudit.util import fmt
 
 
 def _half_idle() -> list[dict]:  # type: ignore[type-arg]

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import run_cli
 from tests.report_helpers import HOSTILE_NAMES, artifact, open_in_chromium, simulate_small, write_fixed_dataset
 
-from gpuaudit.report import fmt
+from gpuaudit.util import fmt
 
 pytestmark = pytest.mark.chromium
 

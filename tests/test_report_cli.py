@@ -77,7 +77,7 @@ def test_html_is_self_contained(fixed_report: tuple[Path, str]) -> None:
 
 
 def test_report_shows_the_analyzers_figures(fixed: Path, fixed_report: tuple[Path, str]) -> None:
-    from gpuaudit.report import fmt
+    from gpuaudit.util import fmt
 
     out, _ = fixed_report
     result = json.loads((out / "report.json").read_text())
@@ -199,7 +199,7 @@ def test_duty_cycle_only_fleet_is_reported_as_an_upper_bound(tmp_path: Path) -> 
     result = json.loads((out / "report.json").read_text())
     assert result["utilization"]["real_is_upper_bound"] is True
     html = (out / "report.html").read_text()
-    from gpuaudit.report import fmt
+    from gpuaudit.util import fmt
 
     real = fmt.pct(result["utilization"]["real_utilization"]["value"])
     low = fmt.pct(result["utilization"]["real_utilization_lower"]["value"])

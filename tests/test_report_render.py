@@ -9,9 +9,10 @@ import pytest
 from tests.report_helpers import EVIL
 
 from gpuaudit.errors import GpuauditError
-from gpuaudit.report import charts, fmt
+from gpuaudit.report import charts
 from gpuaudit.report.render import md_escape
 from gpuaudit.report.writer import parse_formats
+from gpuaudit.util import fmt
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

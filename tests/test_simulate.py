@@ -12,7 +12,8 @@ from tests.helpers import run_cli
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
 from gpuaudit.sim import bulk as sim
-from gpuaudit.sim.workload import SCENARIOS, load_model
+from gpuaudit.sim.loadmodel import load_model
+from gpuaudit.sim.workload import SCENARIOS
 from gpuaudit.store import open_dataset, read_json, write_table
 
 START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday

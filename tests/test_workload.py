@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.sim.loadmodel import load_model
 from gpuaudit.sim.workload import (
     GPU_MEM_TOTAL_BYTES,
     SCENARIOS,
     TDP_W,
     decision_branch,
     get_scenario,
-    load_model,
 )
 
 START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday

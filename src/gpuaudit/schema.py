@@ -123,7 +123,6 @@ TEXT_MAX_CHARS = {
     ALLOCATIONS: {"job_id": 512, "job_id_raw": 256, "user": 256, "account": 256, "partition": 256,
                   "namespace": 253, "gpu_type": 128, "mig_profile": 64, "state": 64, "source": 64},
 }
-HOST_MAX_BYTES = 255  # the partition key lives in a directory name: one path component
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,6 @@ BUSY_DUTY = 0.05
 HOLD_DUTY = 0.5
 
 
-class SelftestFailed(GpuauditError):
-    """Some step measured outside its tolerance (exit 1: the measurement, not the input, is wrong)."""
-
-    exit_code = 1
-
-
 class Interrupted(GpuauditError):
     exit_code = 130
 

@@ -1,5 +1,5 @@
 """The analyzer: real vs runtime-hour utilization, the decision tree, the cost model, hybrid sizing and
-confidence. Stage 1 (rollup.py) is one pass of SQL over the dataset; everything else is pure functions on
+confidence. Stage 1 (stage1/rollup.py) is one pass of SQL over the dataset; everything else is pure functions on
 small polars frames that build one `AnalysisResult` (result.py).
 
 Importing this package is cheap; `analyze` loads polars/DuckDB when called. Nothing here imports typer

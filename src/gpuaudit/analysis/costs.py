@@ -21,7 +21,6 @@ On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -115,37 +114,12 @@ def cloud_prices(cfg: Config) -> CloudPrices:
     return CloudPrices(lst, reserved, flexible, blended, unit)
 
 
-def mix_multiplier(cfg: Config) -> float:
-    """Blended price of a steady GPU-hour ÷ the on-demand price."""
-    p = cloud_prices(cfg)
-    return p.blended / p.list if p.list > 0 else 0.0
-
-
 def billable(demand: np.ndarray, unit: int) -> np.ndarray:
     """GPUs billed for each bucket of demand: whole instances when the unit is an instance."""
     d = np.maximum(np.asarray(demand, dtype=float), 0.0)
     if unit <= 1:
         return d
     return np.ceil(d / unit - 1e-9) * unit
-
-
-def reserved_capacity(billed: np.ndarray, share: float, unit: int) -> float:
-    """Smallest reservation K (a whole number of instances with instance billing) whose hours cover `share`
-    of the billed GPU-hours: Σ min(b, K) ≥ share × Σ b. Σ min(b, K) is piecewise linear in K with a knee at each
-    b: solved exactly on the sorted values."""
-    b = np.sort(np.asarray(billed, dtype=float))
-    total = float(b.sum())
-    if share <= 0 or total <= 0:
-        return 0.0
-    target = share * total * (1 - 1e-12)
-    n = len(b)
-    below = np.concatenate([[0.0], np.cumsum(b)[:-1]])  # Σ of the values under each knee
-    at_knee = below + b * (n - np.arange(n))  # Σ min(b, b_i)
-    i = int(np.searchsorted(at_knee, target, side="left"))
-    k = b[-1] if i >= n else (target - below[i]) / (n - i)
-    if unit > 1:  # the smallest whole number of instances at or above it
-        k = math.ceil(k / unit - 1e-9) * unit
-    return float(min(max(k, 0.0), b[-1] if unit <= 1 else math.ceil(b[-1] / unit - 1e-9) * unit))
 
 
 def best_reservation(billed: np.ndarray, prices: CloudPrices) -> float:
@@ -305,13 +279,6 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.nd
 
 def owned_total(parts: dict[str, np.ndarray]) -> np.ndarray:
     return np.sum(list(parts.values()), axis=0)
-
-
-def on_prem_cost(cfg: Config, gpus: float, months: float, watts: float) -> dict[str, float]:
-    """Building and running a new fleet of `gpus` GPUs over `months` (what the article's total_cost_onprem
-    computes, generalized)."""
-    parts = owned_cost(cfg, timeline(cfg, months), float(gpus), watts)
-    return {k: float(v[0]) for k, v in parts.items()}
 
 
 def owned_fixed(cfg: Config, tl: Timeline, existing: int = 0) -> float:

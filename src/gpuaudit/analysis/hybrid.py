@@ -68,12 +68,6 @@ def overflow_mean(demand: np.ndarray, candidates: np.ndarray, unit: int = 1) -> 
     return np.array([costs.billable(d - n, unit).mean() for n in cand])
 
 
-def overflow_hours(demand: np.ndarray, candidates: np.ndarray, dt_hours: float) -> np.ndarray:
-    """Σ_t max(d_t − N, 0) × dt for every N in candidates (trial GPU-hours above N)."""
-    d = np.asarray(demand, dtype=float)
-    return overflow_mean(d, candidates) * d.size * dt_hours
-
-
 def share_at_least(demand: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Share of buckets with demand ≥ each level."""
     d = np.sort(np.asarray(demand, dtype=float))

@@ -28,7 +28,6 @@ from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chun
 from gpuaudit.importer.timespec import align_down
 
 SOURCE = schema.ALLOC_SOURCE_KUBERNETES
-GPU_RESOURCE = "nvidia_com_gpu"
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d)g_(\d+)gb")
 _RESOURCES = "nvidia_com_gpu|nvidia_com_mig_.+"
 _KEY = ("namespace", "pod", "uid", "node", "resource")

@@ -3,6 +3,7 @@
 sections.py builds ordered, typed sections (model.py) from an `AnalysisResult`; charts.py draws static
 SVG charts with matplotlib; render.py renders HTML and Markdown with the jinja2 templates in templates/;
 writer.py writes report.html / report.md + charts/ / report.json atomically; terminal.py prints the
-summary; pipeline.py holds the `report` and `demo` flows. Importing this package is cheap (no
-matplotlib, polars or jinja2 until a function needs them) and never imports typer or pynvml.
+summary; chargeback.py writes the chargeback / showback CSV and JSON files. The `report` and `demo` flows
+are gpuaudit/flows.py. Importing this package is cheap (no matplotlib, polars or jinja2 until a function
+needs them) and never imports typer or pynvml.
 """

@@ -42,8 +42,9 @@ from gpuaudit.analysis.result import (
     TableColumn,
     TornadoColumns,
 )
-from gpuaudit.report import charts, fmt
+from gpuaudit.report import charts
 from gpuaudit.report.model import Chart, KeyFigure, Report, ReportTable, Section, Verdict
+from gpuaudit.util import fmt
 
 TOP_N = 10
 

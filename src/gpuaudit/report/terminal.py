@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from gpuaudit.report import fmt
+from gpuaudit.util import fmt
 
 if TYPE_CHECKING:
     from rich.console import Console

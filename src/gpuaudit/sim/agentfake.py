@@ -1,6 +1,6 @@
 """`agent run --simulate`: the real sampler against the fake NVML, driven by a workload scenario.
 
-The load comes from `gpuaudit.sim.workload.load_model` (the same job schedule the offline simulator uses), or
+The load comes from `gpuaudit.sim.loadmodel.load_model` (the same job schedule the offline simulator uses), or
 from `static`, a constant load without numpy (what the overhead benchmark uses). Simulated processes
 have no /proc entry, so their attribution comes from the load model too.
 """
@@ -50,7 +50,8 @@ def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: 
     if scenario == STATIC:
         load = static_load(n_units)
     else:
-        from gpuaudit.sim.workload import SCENARIOS, load_model
+        from gpuaudit.sim.loadmodel import load_model
+        from gpuaudit.sim.workload import SCENARIOS
 
         if scenario not in SCENARIOS:
             raise GpuauditError(f"unknown scenario {scenario!r}; known: {', '.join(scenario_names())}")

@@ -40,6 +40,7 @@ from gpuaudit.sim.workload import (
     TDP_W,
     WARMUP_S,
     WorkloadScenario,
+    default_start,
     get_scenario,
     gpu_uuid,
     host_name,
@@ -684,3 +685,14 @@ def process_sm_pct(sm_k: Any, share: Any) -> Any:
     if isinstance(sm_k, int):
         return round(sm_k / 10 * share)
     return np.rint(np.asarray(sm_k) / 10 * np.asarray(share)).astype(np.int16)
+
+
+def load_model(scenario: str, n_gpus: int | None = None, seed: int = 0, start: datetime | None = None,
+               days: float | None = None) -> LoadModel:
+    """The load model of `scenario`: `n_gpus` (default: the scenario's), from `start`
+    (default: midnight UTC seven days ago) for `days` (default: 37, so a live agent has a month ahead of it)."""
+    sc = get_scenario(scenario)
+    if start is None:
+        start = default_start(7)
+    return LoadModel(sc, n_gpus if n_gpus is not None else sc.default_gpus, seed, start,
+                     37 if days is None else days)

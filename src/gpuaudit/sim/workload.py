@@ -1,6 +1,6 @@
 """The workload scenarios: what each simulated fleet is built to show (its ground truth), the profiles of its
 jobs, and the fleet's identity (host names, GPU ids). The load model that turns a scenario into what each GPU
-does when is sim/loadmodel.py (`load_model` here builds one).
+does when is sim/loadmodel.py (`loadmodel.load_model` builds one).
 
 The decision thresholds are the analyzer's (analysis/decision.py, with the default preset's values):
 `decision_branch` asks it, so a scenario's documented branch and the report's can never disagree.
@@ -12,13 +12,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.schema import MIB
-
-if TYPE_CHECKING:
-    from gpuaudit.sim.loadmodel import LoadModel
 
 GPUS_PER_HOST = 8
 GPU_NAME = "NVIDIA H100 80GB HBM3"
@@ -310,16 +306,3 @@ def default_start(days: float, now: datetime | None = None) -> datetime:
 
 
 # ------------------------------------------------------------------------------------------ the load model
-
-
-def load_model(scenario: str, n_gpus: int | None = None, seed: int = 0, start: datetime | None = None,
-               days: float | None = None) -> LoadModel:
-    """The load model (sim/loadmodel.py) of `scenario`: `n_gpus` (default: the scenario's), from `start`
-    (default: midnight UTC seven days ago) for `days` (default: 37, so a live agent has a month ahead of it)."""
-    from gpuaudit.sim.loadmodel import LoadModel
-
-    sc = get_scenario(scenario)
-    if start is None:
-        start = default_start(7)
-    return LoadModel(sc, n_gpus if n_gpus is not None else sc.default_gpus, seed, start,
-                     37 if days is None else days)

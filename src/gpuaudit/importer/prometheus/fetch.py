@@ -23,8 +23,8 @@ from gpuaudit.importer.prometheus.identity import (
     node_label_hint,
     normalize_uuid,
 )
-from gpuaudit.importer.prometheus.mapping import AVG, COUNTER, INCREASE, LAST, Mapping
-from gpuaudit.importer.prometheus.presets import PRESETS, Preset, all_metric_names, detect
+from gpuaudit.importer.prometheus.mapping import Mapping
+from gpuaudit.importer.prometheus.presets import AVG, COUNTER, INCREASE, LAST, PRESETS, Preset, all_metric_names, detect
 from gpuaudit.importer.prometheus.result import ImportResult, Progress
 from gpuaudit.importer.prometheus.rows import COUNT, COUNTER_PARTS, UTIL, ImportState, build_rows, final_hosts
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gpuaudit.errors import GpuauditError
+from gpuaudit.importer.prometheus.presets import DEFAULT_PRESET, PRESETS, MetricSpec
 from gpuaudit.schema import MIB, mig_fraction
 
 # Unit -> factor to the field's stored unit (fractions, bytes, W, J, °C).
@@ -20,23 +21,6 @@ _UNITS: dict[str, dict[str, float]] = {
     "j": {"mj": 0.001, "j": 1.0},
     "c": {"c": 1.0},
 }
-
-# How the server is asked: interval average, the last value in the interval, a counter's increase, or a
-# counter read as its last and highest value per step (the importer differences consecutive values: energy
-# whatever the scrape interval, resets handled, gaps spanned).
-AVG, LAST, INCREASE, COUNTER = "avg", "last", "increase", "counter"
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    names: tuple[str, ...]  # tried in this order of preference, per GPU and timestamp
-    unit: str  # unit the exporter reports in
-    kind: str  # one of AVG, LAST, INCREASE
-    stored: str  # key of _UNITS: the unit family of the dataset column
-
-
-# Fields an exporter may give beside the stored columns: mem_total (bytes) where used + free is not exported.
-DERIVED_FIELDS = ("mem_total",)
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
@@ -63,16 +47,12 @@ class Mapping:
         return _UNITS[spec.stored][spec.unit.lower()]
 
 
-DEFAULT_EXPORTER_POD = "dcgm-exporter"
-
-
 def build_mapping(metric_overrides: list[str] | None = None, label_overrides: list[str] | None = None,
                   selector: str = "", exporter_pod: str | None = None, exporter: str | None = None,
                   detected: bool = False) -> Mapping:
     """The `exporter` preset's mapping with `FIELD=NAME[:UNIT][,NAME...]` and `FIELD=LABEL[,LABEL...]`
     overrides applied. An empty NAME list (`FIELD=`) turns a metric off. `exporter_pod` None: the preset's.
     `exporter` None: dcgm until the import detects the exporter on the server."""
-    from gpuaudit.importer.prometheus.presets import DEFAULT_PRESET, PRESETS
 
     pod_given = exporter_pod
     if exporter is None:

@@ -20,7 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuaudit.importer.prometheus.mapping import AVG, COUNTER, LAST, MetricSpec
+# How the server is asked: interval average, the last value in the interval, a counter's increase, or a
+# counter read as its last and highest value per step (the importer differences consecutive values: energy
+# whatever the scrape interval, resets handled, gaps spanned).
+AVG, LAST, INCREASE, COUNTER = "avg", "last", "increase", "counter"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    names: tuple[str, ...]  # tried in this order of preference, per GPU and timestamp
+    unit: str  # unit the exporter reports in
+    kind: str  # one of AVG, LAST, INCREASE
+    stored: str  # the unit family of the dataset column (a key of mapping._UNITS)
+
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ import polars as pl
 
 from gpuaudit import schema
 from gpuaudit.importer.prometheus.identity import NO_MIG
-from gpuaudit.importer.prometheus.mapping import COUNTER, LAST, Mapping, gpu_fraction
+from gpuaudit.importer.prometheus.mapping import Mapping, gpu_fraction
+from gpuaudit.importer.prometheus.presets import COUNTER, LAST
 
 KEY = ["host", "gpu_uuid", "mig_instance"]
 HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
