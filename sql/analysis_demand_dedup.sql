@@ -1,6 +1,6 @@
 -- Analyzer stage 1: the fleet demand series when the data holds duplicates (some GPU-hour of `gpu_streams` has
 -- pick > 1 or overlap > 1; otherwise sql/analysis_demand.sql gives the same without the join). One row per
--- 300 s bucket (the bucket in which a sampled interval ends). Only the samples of each GPU-slot's winning
+-- 300 s bucket and reported GPU name (the bucket in which a sampled interval ends). Only the samples of each GPU-slot's winning
 -- stream count, each weighted by 1 / its overlap (see sql/analysis_streams.sql: de-duplicated as the rollup is). held_s / 300 = GPUs held by a process on average in
 -- the bucket; real_s / 300 = SM-weighted GPUs in use (duty cycle where SM activity was not measured);
 -- observed_s / 300 = GPUs reporting (the analyzer scales demand to the whole fleet with it).
@@ -10,7 +10,8 @@ WITH weighted AS (
         s.interval_s * s.gpu_fraction / w.overlap AS gpu_s,
         CASE WHEN s.n_processes > 0 THEN s.interval_s * s.gpu_fraction / w.overlap ELSE 0 END AS held_s,
         coalesce(s.sm_active, s.gr_engine_active, s.duty_cycle) * s.interval_s * s.gpu_fraction / w.overlap AS real_s,
-        s.interval_s
+        s.interval_s,
+        s.gpu_name
     FROM samples AS s
     JOIN gpu_streams AS w
         ON w.pick = 1
@@ -24,11 +25,12 @@ WITH weighted AS (
 SELECT
     bucket_s,
     to_timestamp(bucket_s) AS bucket,  -- readable twin of bucket_s (for `gpuaudit sql`)
+    gpu_name,
     count(*) AS samples,
     sum(gpu_s) AS observed_s,
     sum(held_s) AS held_s,
     sum(real_s) AS real_s,
     max(interval_s) AS max_interval_s
 FROM weighted
-GROUP BY bucket_s
-ORDER BY bucket_s
+GROUP BY bucket_s, gpu_name
+ORDER BY bucket_s, gpu_name

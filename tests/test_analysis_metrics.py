@@ -207,7 +207,7 @@ def test_to_dict_is_plain_json_with_stable_keys(fleet) -> None:  # type: ignore[
     assert list(d) == ["result_version", "dataset_schema_version", "generated_at", "data_root", "trial",
                        "utilization", "breakdowns", "data_quality", "decision", "costs", "break_even", "hybrid",
                        "sensitivity", "confidence", "assumptions", "warnings", "consolidation", "ledger",
-                       "chargeback", "models"]
+                       "chargeback", "models", "pools", "fleet_fixed_usd"]
     fig = d["utilization"]["real_utilization"]
     assert set(fig) == {"value", "unit", "formula", "source", "definition", "upper_bound", "lower_bound"}
     assert isinstance(d["breakdowns"]["per_user"]["rows"], list)

@@ -13,7 +13,7 @@ import pytest
 from gpuaudit.analysis.config import bounds, load_config
 from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.result import Deployment
-from gpuaudit.analysis.sensitivity import PARAMETERS, tornado
+from gpuaudit.analysis.sensitivity import PARAMETERS, builder, tornado
 from gpuaudit.errors import GpuauditError
 
 
@@ -44,5 +44,5 @@ def test_tornado_clamps_to_the_config_range(tmp_path: Path) -> None:
     m = Measured(w=1.0, r=0.5, s=0.3, s_lower=0.3, gpus_seen=8, gpu_equivalents=8.0, held=held,
                  reporting=np.full(held.size, 8.0), day=np.arange(held.size) // 288, dt_hours=300 / 3600,
                  measured_w=400.0, current=Deployment.ON_PREM)
-    row = next(r for r in tornado(cfg, m, 0.2).rows if r["key"] == "cloud.spot_multiplier")
+    row = next(r for r in tornado(cfg, builder(m), 0.2).rows if r["key"] == "cloud.spot_multiplier")
     assert row["high_value"] == hi and row["low_value"] == pytest.approx(0.8 * hi)

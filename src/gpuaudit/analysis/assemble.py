@@ -4,6 +4,7 @@ their formulas and sources, the warnings, and the assumptions list. No computati
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 
@@ -17,6 +18,7 @@ from gpuaudit.analysis.config import Config, preset_comments, unit_of
 from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.modelsfound import models_found, warnings_for
 from gpuaudit.analysis.overrides import Applied
+from gpuaudit.analysis.pools import Composed, Pricing, overridden_fleet_prices
 from gpuaudit.analysis.result import (
     HOURS_PER_YEAR,
     RESULT_VERSION,
@@ -33,6 +35,7 @@ from gpuaudit.analysis.result import (
     HybridCurveColumns,
     HybridSizing,
     Ledger,
+    Pool,
     Sensitivity,
     Table,
     TableColumn,
@@ -47,7 +50,8 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
              confidence: Confidence, consolidation: Consolidation, ledger: Ledger,
-             applied: Applied) -> AnalysisResult:
+             applied: Applied, pools: tuple[Pool, ...] = (), pricing: Pricing | None = None,
+             composed: Composed | None = None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
@@ -55,12 +59,21 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
                            # waste in dollars has one price, the flexible one (an hour released saves it),
                            # as the report's phantom gap in dollars: one cloud price per use
                            float(costs_.cloud_flexible_usd_per_gpu_hour.value or 0.0),
-                           cb.unheld_real_s(roll.gpu_hours))
+                           cb.unheld_real_s(roll.gpu_hours), _model_prices(pricing, composed,
+                                                                       costs_.cloud_flexible_usd_per_gpu_hour))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
+    if composed is not None:  # several models: the sizing drawn is one pool's (the most held)
+        hybrid = dataclasses.replace(_hybrid(composed.blocks[composed.dominant], bucket_s),
+                                     model=pools[composed.dominant].model if pools else "")
     warnings = list(dq.warnings)
-    models = models_found(bd.per_gpu, cfg)
+    models = models_found(bd.per_gpu, cfg, pricing)
     warnings += warnings_for(models)
+    if pricing is not None:
+        warnings += [f"{k} = {getattr(getattr(cfg, k.split('.')[0]), k.split('.')[1]):g} ({cfg.sources.get(k)}) "
+                     "is one fleet-wide figure, but this fleet mixes GPU models and each known model is priced "
+                     "from the catalogue: set it per model under [models.\"<key>\"]"
+                     for k in overridden_fleet_prices(pricing)]
     if not decision.agrees_with_costs:
         if decision.determined:
             warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
@@ -89,7 +102,22 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
         ledger=ledger,
         chargeback=charge,
         models=models,
+        pools=pools,
+        fleet_fixed_usd={**composed.fixed_owned, **composed.fixed_rented} if composed is not None else {},
     )
+
+
+def _model_prices(pricing: Pricing | None, composed: Composed | None, default: Figure) -> cb.Prices | None:
+    """Several models: an idle hour is priced at its GPU's model's flexible price (a host's allocations at the
+    mean of its GPUs')."""
+    if pricing is None or composed is None:
+        return None
+    by_gpu = {u: b.prices.flexible for sp, b in zip(pricing.specs, composed.blocks, strict=True) for u in sp.uuids}
+    hosts: dict[str, list[float]] = {}
+    for sp, b in zip(pricing.specs, composed.blocks, strict=True):
+        for h in sp.hosts:
+            hosts.setdefault(h, []).append(b.prices.flexible)
+    return cb.Prices(float(default.value or 0.0), by_gpu, {h: sum(v) / len(v) for h, v in hosts.items()})
 
 
 def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phantom_gpu_hours: float) -> Costs:

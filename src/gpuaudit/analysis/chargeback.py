@@ -16,6 +16,8 @@ efficiency = real / max(allocated, held).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import polars as pl
 
 from gpuaudit.analysis import jobkeys
@@ -34,7 +36,7 @@ SRC = "gpu_allocations + gpu_processes attribution of gpu_samples GPU-hours"
 def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.DataFrame:
     spec = {"jkey": pl.String, "source": pl.String, "job": pl.String, "job_id_raw": pl.String, "a_user": pl.String,
             "account": pl.String, "partition": pl.String, "a_namespace": pl.String, "allocated_s": pl.Float64,
-            "alloc_gpus": pl.Float64}
+            "alloc_gpus": pl.Float64, "a_usd": pl.Float64}
     if alloc is None or not alloc.height:
         return pl.DataFrame(schema=spec)
     a = alloc.with_columns(
@@ -46,18 +48,23 @@ def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.
         pl.col("account").drop_nulls().first(), pl.col("partition").drop_nulls().first(),
         pl.col("namespace").drop_nulls().first().alias("a_namespace"),
         (pl.col("gpus") * pl.col("dur_s")).sum().alias("allocated_s"), pl.col("gpus").sum().alias("alloc_gpus"),
+        ((pl.col("gpus") * pl.col("dur_s") * pl.col("usd")).sum()
+         / (pl.col("gpus") * pl.col("dur_s")).sum()).fill_nan(None).alias("a_usd"),
     ).with_columns((pl.col("source") + ":" + pl.col("job_id")).alias("jkey"),
                    pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
 
 
-def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float
-              ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per job: group keys and allocated/held/real/idle-held seconds; per job per hour: held/real seconds)."""
-    jobs = _alloc_jobs(alloc, start_s, end_s)
+def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
+              prices: Prices | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per job: group keys, allocated/held/real/idle-held seconds and the $/GPU-h its idle part is priced at;
+    per job per hour: held/real seconds)."""
+    prices = prices or Prices(0.0)
+    jobs = _alloc_jobs(prices.on_hosts(alloc), start_s, end_s)
     keys = jobkeys.alloc_keys(jobs, "jkey", "job").unique("key", keep="first", maintain_order=True)
     # Rows in a fixed order and groups summed in it: the same dataset read from another copy (S3, a collection
     # target) lists its files in another order, and float sums must not differ in their last bits.
-    hh = holder_hours.sort(holder_hours.columns, nulls_last=True).with_columns(jobkeys.holder_key().alias("key"))
+    hh = prices.on_gpus(holder_hours.sort(holder_hours.columns, nulls_last=True)).with_columns(
+        jobkeys.holder_key().alias("key"))
     # A pod seen by UID only: match the UID too.
     uid = hh.filter(pl.col("key").is_null() & (pl.col("k8s_pod") != "")).with_columns(
         jobkeys.uid_key().alias("key"))
@@ -73,6 +80,7 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
                                                  pl.col("gpu_uuid").n_unique().alias("gpus"))
     held = hh.group_by("jkey", maintain_order=True).agg(
         pl.col("held_s", "real_s", "idle_held_s").sum(),
+        ((pl.col("held_s") * pl.col("usd")).sum() / pl.col("held_s").sum()).alias("p_usd"),
         pl.col("user").first().alias("p_user"), pl.col("k8s_namespace").first().alias("p_namespace"),
         pl.coalesce(pl.when(pl.col("job_id") != "").then(pl.col("job_id")), pod_key).first().alias("p_job"),
         pl.struct("gpu_uuid", "mig_instance").n_unique().alias("gpus_used"))
@@ -88,27 +96,32 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
                     pl.lit(NO_ALLOC)).alias("namespace"),
         pl.when(pl.col("jkey").str.starts_with("user:")).then(pl.lit("user"))
         .otherwise(pl.col("source").fill_null("processes")).alias("source"),
+        pl.coalesce(pl.col("p_usd").fill_nan(None), "a_usd", pl.lit(prices.default)).alias("usd"),
     )
     out = out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
-                     "alloc_gpus", "gpus_used")
+                     "alloc_gpus", "gpus_used", "usd")
     # Sorted once here, not in every group_table call: the per-key sums then run in a fixed order.
     return out.sort(out.columns, nulls_last=True), per_hour
 
 
 def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
     """Chargeback rows for one key, ranked by the cost of the idle part; rows sum to the fleet totals."""
-    rows = jobs.group_by(by, maintain_order=True).agg(pl.col("allocated_s", "held_s", "real_s").sum(),
-                                                      pl.len().alias("jobs"))
+    billed = pl.max_horizontal("allocated_s", "held_s")
+    # a group's idle part at its jobs' own model prices, weighted by what each billed
+    rows = jobs.group_by(by, maintain_order=True).agg(
+        pl.col("allocated_s", "held_s", "real_s").sum(), pl.len().alias("jobs"),
+        ((billed * pl.col("usd")).sum() / billed.sum()).fill_nan(None).alias("usd_per_gpu_hour"))
+    rows = rows.with_columns(pl.col("usd_per_gpu_hour").fill_null(usd_per_gpu_hour))
     if unheld_real_s > 1e-9:
         rows = pl.concat([rows, pl.DataFrame({by: [NO_PROCESS], "allocated_s": [0.0], "held_s": [0.0],
-                                              "real_s": [unheld_real_s], "jobs": [0]}).cast(rows.schema)])
-    billed = pl.max_horizontal("allocated_s", "held_s")
+                                              "real_s": [unheld_real_s], "jobs": [0],
+                                              "usd_per_gpu_hour": [usd_per_gpu_hour]}).cast(rows.schema)])
     rows = rows.with_columns(
         (pl.col("allocated_s") / H).alias("allocated_gpu_hours"), (pl.col("held_s") / H).alias("held_gpu_hours"),
         (pl.col("real_s") / H).alias("real_gpu_hours"),
         (pl.when(billed > 0).then(pl.col("real_s") / billed)).alias("efficiency"),
         ((billed - pl.col("real_s")).clip(lower_bound=0.0) / H).alias("idle_gpu_hours"),
-    ).with_columns((pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
+    ).with_columns((pl.col("idle_gpu_hours") * pl.col("usd_per_gpu_hour")).alias("idle_usd")).sort(
         ["idle_usd", by], descending=[True, False])
     cols = (TableColumn(by, "", f"the {by} (from the allocation, else the processes)"),
             TableColumn("jobs", "count", "jobs (or pods) seen"),
@@ -117,13 +130,14 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
             TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
             TableColumn("efficiency", "fraction", "real ÷ max(allocated, held)"),
             TableColumn("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
-            TableColumn("idle_usd", "USD", f"idle GPU-hours × ${usd_per_gpu_hour:g}/GPU-h (the cloud flexible "
-                                      "price)"))
+            TableColumn("idle_usd", "USD", "idle GPU-hours × usd_per_gpu_hour"),
+            TableColumn("usd_per_gpu_hour", "USD/GPU-h", "the cloud flexible price of the GPUs it used, each at its "
+                        f"model's own (one model: ${usd_per_gpu_hour:g})"))
     return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the idle part.", cols,
                  tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
 
 
-def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: float) -> Table:
+def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
     """Jobs that held (or were allocated) GPUs at 0 % SM activity for at least MIN_IDLE_HOURS of wall time, and
     jobs that went idle after an active stretch (the clock hours held after the last with SM activity ≥ 1 %, for
     at least MIN_IDLE_HOURS of wall time in all)."""
@@ -158,13 +172,13 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame, usd_per_gpu_hour: floa
             TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
             TableColumn("idle_gpu_hours", "GPU-h", "the idle part (after the active stretch for that reason)"),
             TableColumn("active_hours", "hours", "hours with SM activity before it went idle"),
-            TableColumn("idle_usd", "USD", "idle GPU-hours × the cloud flexible price"))
+            TableColumn("idle_usd", "USD", "idle GPU-hours × the cloud flexible price of its GPUs' model"))
     both = pl.concat([d.select("job", "user", "account", "reason", "allocated_s", "held_s", "real_s",
-                               "idle_gpu_hours", "active_hours") for d in (zero, went)])
+                               "idle_gpu_hours", "active_hours", "usd") for d in (zero, went)])
     both = both.with_columns((pl.col("allocated_s") / H).alias("allocated_gpu_hours"),
                              (pl.col("held_s") / H).alias("held_gpu_hours"),
                              (pl.col("real_s") / H).alias("real_gpu_hours"),
-                             (pl.col("idle_gpu_hours") * usd_per_gpu_hour).alias("idle_usd")).sort(
+                             (pl.col("idle_gpu_hours") * pl.col("usd")).alias("idle_usd")).sort(
         ["idle_usd", "job"], descending=[True, False])
     return Table("idle_jobs", "Jobs that held GPUs at 0 % for at least an hour, or went idle for at least an "
                  "hour after an active stretch (Job Defense Shield style), most costly first.", cols,
@@ -180,10 +194,30 @@ def unheld_real_s(gpu_hours: pl.DataFrame) -> float:
     return float(gpu_hours.select(kept.sum()).item() or 0.0)
 
 
+@dataclass(frozen=True)
+class Prices:
+    """The cloud flexible $/GPU-h an idle hour is priced at: per GPU (its model's) and per host (for allocations
+    with no holder: the mean of its GPUs'), `default` where neither is known (one model: the only price)."""
+
+    default: float
+    by_gpu: dict[str, float] = field(default_factory=dict)
+    by_host: dict[str, float] = field(default_factory=dict)
+
+    def on_gpus(self, df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("gpu_uuid").replace_strict(self.by_gpu, default=self.default,
+                                                                 return_dtype=pl.Float64).alias("usd"))
+
+    def on_hosts(self, alloc: pl.DataFrame | None) -> pl.DataFrame | None:
+        if alloc is None:
+            return None
+        return alloc.with_columns(pl.col("host").replace_strict(self.by_host, default=self.default,
+                                                                return_dtype=pl.Float64).alias("usd"))
+
+
 def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
-               usd_per_gpu_hour: float, unheld_real_s: float) -> Chargeback:
-    jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s)
+               usd_per_gpu_hour: float, unheld_real_s: float, prices: Prices | None = None) -> Chargeback:
+    jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s, prices or Prices(usd_per_gpu_hour))
     tables = {by: group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
     return Chargeback(usd_per_gpu_hour=usd_per_gpu_hour, by_account=tables["account"], by_user=tables["user"],
                       by_partition=tables["partition"], by_namespace=tables["namespace"],
-                      idle_jobs=idle_jobs(jobs, per_hour, usd_per_gpu_hour))
+                      idle_jobs=idle_jobs(jobs, per_hour))

@@ -227,7 +227,7 @@ def resale_value(cfg: Config, age_years: float) -> float:
     return o.salvage_fraction + (1.0 - o.salvage_fraction) * left
 
 
-def _capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, timing: str
+def capital(cost: np.ndarray, life_years: float, salvage: float, tl: Timeline, timing: str
              ) -> tuple[np.ndarray, np.ndarray]:
     """(capital charge, residual credit) of `cost` bought now. life 0 = expensed at once in full. Bought once
     in both timings: spread pays instalments over the life only (a horizon past the life runs the hardware on
@@ -253,7 +253,7 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.nd
     any_owned = n > 0
     nodes = np.ceil(n / o.gpus_per_node - 1e-9)
 
-    hardware, residual_new = _capital(bought * price, o.amortization_years, o.salvage_fraction, tl,
+    hardware, residual_new = capital(bought * price, o.amortization_years, o.salvage_fraction, tl,
                                       o.capex_timing)
     # Owned GPUs are sunk: what they cost was paid. Keeping one forgoes selling it today (its value now is the
     # capital it still ties up) and leaves its value at the end; selling it costs nothing further. So keeping
@@ -263,7 +263,7 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.nd
     residual_kept = -kept * price * resale_value(cfg, existing_age_years + tl.months / 12.0) * tl.end
     new_build = (existing == 0) & any_owned
     net_cost = np.where(new_build, o.networking_usd, 0.0) + o.networking_usd_per_gpu * bought
-    networking, residual_net = _capital(net_cost, o.networking_amortization_years, 0.0, tl, o.capex_timing)
+    networking, residual_net = capital(net_cost, o.networking_amortization_years, 0.0, tl, o.capex_timing)
     monthly = tl.annuity
     return {
         "hardware": hardware,
@@ -288,7 +288,7 @@ def owned_fixed(cfg: Config, tl: Timeline, existing: int = 0) -> float:
     staff = o.staff_usd_per_month * tl.annuity
     if existing > 0:
         return staff
-    net, res = _capital(np.array([o.networking_usd]), o.networking_amortization_years, 0.0, tl, o.capex_timing)
+    net, res = capital(np.array([o.networking_usd]), o.networking_amortization_years, 0.0, tl, o.capex_timing)
     return staff + float(net[0] + res[0])
 
 

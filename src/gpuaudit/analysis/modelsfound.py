@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from gpuaudit.analysis.config import Config, model_toml_lines
+from gpuaudit.analysis.pools import Pricing
 from gpuaudit.analysis.result import ModelFound, PerGpuColumns, Table
 from gpuaudit.catalog import ModelSpec, identify
 
@@ -19,8 +20,23 @@ def _source(spec: ModelSpec, figure: str) -> str:
     return (f"{spec.instance}: " if figure == "instance_usd_per_hour" else "") + f"{src.text} ({src.date})"
 
 
-def models_found(per_gpu: Table, cfg: Config) -> tuple[ModelFound, ...]:
-    """One ModelFound per model key seen in the per-GPU breakdown, most GPUs first."""
+def _pool_source(pricing: Pricing | None, key: str) -> dict[str, str]:
+    if pricing is None:
+        return {}
+    return next((src for sp, src in zip(pricing.specs, pricing.source, strict=True) if sp.key == key), {})
+
+
+def _fleet_text(cfg: Config, dotted: str, why: str = "") -> str:
+    """A fleet setting as a price's source: stated (a file, an option, a preset) or the default, assumed."""
+    origin = cfg.sources.get(dotted, "default")
+    if origin != "default":
+        return f"the fleet's {dotted} ({origin if origin.startswith('--') else 'set in ' + origin})"
+    return f"assumed: fleet default {dotted}{why}"
+
+
+def models_found(per_gpu: Table, cfg: Config, pricing: Pricing | None = None) -> tuple[ModelFound, ...]:
+    """One ModelFound per model key seen in the per-GPU breakdown, most GPUs first. With `pricing`, a figure the
+    fleet's own stated setting priced (a fleet of one model) is shown as that setting."""
     per_gpu.require(PerGpuColumns.HOST, PerGpuColumns.GPU, PerGpuColumns.GPU_NAME, PerGpuColumns.MEM_TOTAL_BYTES)
     names: dict[str, dict[str, None]] = {}  # key -> reported names, in order seen
     gpus: dict[str, set[tuple[str, str]]] = {}
@@ -44,6 +60,14 @@ def models_found(per_gpu: Table, cfg: Config) -> tuple[ModelFound, ...]:
         hour = spec.usd_per_gpu_hour if spec is not None else None
         hardware = spec.hardware_usd_per_gpu if spec is not None else None
         assumed = hour is None or hardware is None
+        src = _pool_source(pricing, key)
+        if src.get("instance_usd_per_hour") == "fleet" and spec is not None:
+            hour = None
+            spec = spec.replace(sources={k: v for k, v in spec.sources.items() if k != "instance_usd_per_hour"})
+        if src.get("hardware_usd_per_gpu") == "fleet" and spec is not None:
+            hardware = None
+        if src:  # priced: assumed where a figure fell back to an unstated fleet default
+            assumed = "assumed" in (src["instance_usd_per_hour"], src["hardware_usd_per_gpu"])
         out.append(ModelFound(
             model=key,
             gpu_names=tuple(names[key]),
@@ -51,11 +75,11 @@ def models_found(per_gpu: Table, cfg: Config) -> tuple[ModelFound, ...]:
             gpus=len(gpus[key]),
             instance=spec.instance if spec is not None else "",
             usd_per_gpu_hour=fleet_hour if hour is None else hour,
-            price_source=("assumed: fleet default cloud.instance_usd_per_hour ÷ cloud.gpus_per_instance"
+            price_source=(_fleet_text(cfg, "cloud.instance_usd_per_hour") + " ÷ cloud.gpus_per_instance"
                           if hour is None or spec is None else _source(spec, "instance_usd_per_hour")),
             hardware_usd_per_gpu=cfg.on_prem.hardware_usd_per_gpu if hardware is None else hardware,
-            hardware_source=("assumed: fleet default on_prem.hardware_usd_per_gpu (no traceable price for this "
-                             "model)" if hardware is None or spec is None else _source(spec, "hardware_usd_per_gpu")),
+            hardware_source=(_fleet_text(cfg, "on_prem.hardware_usd_per_gpu", " (no traceable price for this model)")
+                             if hardware is None or spec is None else _source(spec, "hardware_usd_per_gpu")),
             assumed=assumed,
             toml="\n".join(model_toml_lines([first_name[key]], cfg)) if spec is None else "",
         ))

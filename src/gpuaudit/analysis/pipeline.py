@@ -19,15 +19,17 @@ from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_
 from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
-from gpuaudit.analysis.fleet import Measured, fleet_series
+from gpuaudit.analysis.fleet import Measured, fleet, fleet_series
+from gpuaudit.analysis.measure import measure
 from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
 from gpuaudit.analysis.plans import OWNING
+from gpuaudit.analysis.poolresult import pool_results
+from gpuaudit.analysis.pools import Composed, Part, compose, compose_draws, pools_of, pricing, subset
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import (
     AnalysisResult,
     Consolidation,
     DecisionInputs,
-    Deployment,
     GrowthColumns,
     Sensitivity,
     Table,
@@ -36,7 +38,6 @@ from gpuaudit.analysis.result import (
 from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado
 from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
-from gpuaudit.analysis.stage1.slots import HOUR_S
 from gpuaudit.errors import GpuauditError
 
 ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
@@ -82,31 +83,33 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     t = ut.totals(roll)
     _check_finite(t)
     tr = ut.trial(roll, t, cfg)
-    use = ut.utilization(roll, t)
-    led, mapped = lg.ledger(roll.gpu_hours, roll.holders, roll.allocations, tr.start.timestamp(),
-                            tr.end.timestamp(), use.real_is_upper_bound)
-    demand, bucket_s = ut.demand_series(roll)
-    # In the cloud you pay for what you allocate: with allocations, the billed demand is the allocated one.
-    billed, billed_r = lg.billed_demand(mapped, demand, bucket_s, t.r)
+    me = measure(roll, tr, current=current, data_residency=data_residency, latency_share=share)
+    use, led, mapped, demand, bucket_s, el = me.utilization, me.ledger, me.mapped, me.demand, me.bucket_s, me.elastic
     bd = ut.breakdowns(roll, t, demand, bucket_s)
-    # Only a rented GPU can be elastic: an owned one exists all the time, so its silence is a coverage gap.
-    el = ut.elastic(roll, demand) if current is Deployment.CLOUD else ut.NO_ELASTIC
     dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
     dq = dataclasses.replace(dq, warnings=dq.warnings + mapped.warnings)
+    measured = me.measured
+    specs = pools_of(roll)
+    pr = pricing(cfg, specs)
+    if pr.many:
+        fleet(cfg, measured)  # a stated fleet smaller than the GPUs seen fails here, in the fleet's own terms
+        pool_me = [measure(subset(roll, sp), tr, current=current, data_residency=data_residency, latency_share=share)
+                   for sp in specs]
+        parts = [Part(sp, pr.config(i), pm.measured) for i, (sp, pm) in enumerate(zip(specs, pool_me, strict=True))]
+        composed = compose(cfg, parts, measured)
+        block, comp = composed.block, composed
 
-    idle_w, held_w = ut.power_by_load(roll)
-    measured = Measured(
-        w=t.w, r=billed_r, s=t.s, s_lower=t.s_lower, gpus_seen=tr.gpus, gpu_equivalents=t.gpu_equivalents,
-        held=billed,
-        reporting=demand["gpus_reporting"].to_numpy().astype(float),
-        day=ut.day_of(demand["bucket_s"].to_numpy(), tr.start.timestamp(), tr.days), dt_hours=bucket_s / HOUR_S,
-        measured_w=t.average_power_w, current=current, data_residency=data_residency,
-        latency_share=share, idle_w=idle_w, held_w=held_w,
-        elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
-        elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
-        elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
-    )
-    block = cost_block(cfg, measured)
+        def build(c: Config, growth: float) -> CostBlock:
+            moved = [Part(p.spec, pr.config(i, c), p.m) for i, p in enumerate(parts)]
+            return compose(c, moved, measured, growth, what_if=False).block
+    else:
+        cfg = pr.single_config()
+        applied = dataclasses.replace(applied, cfg=cfg)
+        pool_me, parts, comp = [me], [Part(specs[0], cfg, measured)] if specs else [], None
+        block = cost_block(cfg, measured)
+
+        def build(c: Config, growth: float) -> CostBlock:
+            return cost_block(c, measured, growth, what_if=False)
     use = lg.believed(use, led, block.break_even.measured_billed)
 
     inputs = DecisionInputs(
@@ -123,16 +126,16 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     a = cfg.analysis
     # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
     draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
-    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed)
+    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed, comp, parts)
     conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
                                          sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
     # the tornado is about the plan the recommendation names: after a tie, staying as is
     tie_keep, _tie_usd = keeps_what_you_have(block.scenarios, block.cheapest, cfg.decision.tie_fraction,
                                              _spread(sample, a.confidence_level), data_residency)
-    tornado_table = tornado(cfg, measured, a.sensitivity_fraction, base=block,
+    tornado_table = tornado(cfg, build, a.sensitivity_fraction, base=block,
                             plan="stay-as-is" if tie_keep else block.cheapest)
     sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
-                       growth=growth_table(cfg, measured, a.growth_rates))
+                       growth=growth_table(cfg, build, a.growth_rates))
     evidence = Evidence(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
         sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in tornado_table.rows
@@ -144,11 +147,18 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
                          block.fleet.existing)
+    if comp is not None:  # several models: the plan in counts per model
+        plan = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
+        decision = dataclasses.replace(decision, headline=f"{decision.headline} Per model: "
+                                       f"{plan.description[0].lower()}{plan.description[1:]}")
     lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
+    pool_days = [daily(subset(roll, sp).gpu_hours, tr.start.timestamp(), tr.days) for sp in specs] if pr.many \
+        else [days]
+    pools = pool_results(pr, parts, pool_me, pool_days, comp, block, decision, inputs)
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=measured, bucket_s=bucket_s,
                     sensitivity=sens, confidence=conf, consolidation=lever, ledger=led,
-                    applied=applied)
+                    applied=applied, pools=pools, pricing=pr, composed=comp)
 
 
 def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,
@@ -174,12 +184,18 @@ def _check_finite(t: ut.Totals) -> None:
                             "files `gpuaudit sql` lists for them")
 
 
-def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int) -> CostSample:
+def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int,
+                 comp: Composed | None = None, parts: list[Part] | None = None) -> CostSample:
     ids = [s.id for s in block.scenarios if not s.what_if or s.id == "all-cloud"]
     by_id = {s.id: s for s in block.scenarios}
     day_ids = days["day"].to_numpy().astype(np.int64)
     idx = resample_index(len(day_ids), resamples, seed) if resamples and len(day_ids) else np.zeros((0, 0), int)
-    draws = cost_draws(cfg, m, block, idx, day_ids).totals if idx.size else np.zeros((0, len(ids)))
+    if not idx.size:
+        draws = np.zeros((0, len(ids)))
+    elif comp is not None and parts is not None:
+        draws = compose_draws(comp, parts, idx, day_ids).totals
+    else:
+        draws = cost_draws(cfg, m, block, idx, day_ids).totals
     owning = np.array([i in OWNING and by_id[i].allowed and by_id[i].owned_gpus > 0 for i in ids])
     return CostSample(ids, draws, np.array([by_id[i].total.value or 0.0 for i in ids]),
                       np.array([by_id[i].allowed and not by_id[i].what_if for i in ids]), owning, block.cheapest)

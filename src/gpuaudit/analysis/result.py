@@ -679,6 +679,9 @@ class HybridSizing:
     # the fewest GPUs the hybrid may own: the latency-sensitive share's peak (0 without one); N* and n_owning are
     # the best N at or above it, and the critical fractile is raised to it
     min_owned_gpus: int = 0
+    # in a fleet of several GPU models, the model pool (Pool.model) this sizing is of: the one with the most held
+    # GPU-hours (each pool sizes its own hybrid; "" when the fleet has one model)
+    model: str = ""
 
 
 @dataclass(frozen=True)
@@ -773,6 +776,45 @@ class Consolidation:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """The GPUs of one model (ModelFound.model), measured and priced on their own (analysis/pools.py).
+
+    gpus: physical GPUs seen. held_utilization R/W, real_utilization S/W (an upper bound where duty cycle stood
+    in), with the day-resample interval of the real one (None: too few days). branch: the decision tree at this
+    pool's real utilization. scenarios: the fleet's plans for this pool alone, at its model's prices (same shape
+    as Costs.scenarios); in a fleet of several models they leave out the fleet-level fixed costs
+    (AnalysisResult.fleet_fixed_usd: base staff, a new build's network, egress, managed services), which the
+    fleet plan counts once. recommendation: the pool plan (a scenario id) the fleet's recommended plan runs for
+    this model; action: what it does, in counts ("keep the 8 h100-sxm-80gb"); owned_gpus: what it owns.
+    break_even_billed_utilization: the pool's own u* (None: owning never pays). usd_per_gpu_hour /
+    hardware_usd_per_gpu: the prices it is priced at; price_source: where they came from.
+    """
+
+    model: str
+    gpu_name: str
+    gpus: int
+    observed_gpu_hours: float
+    held_gpu_hours: float
+    real_gpu_hours: float
+    held_utilization: float
+    real_utilization: float
+    real_low: float | None
+    real_high: float | None
+    real_is_upper_bound: bool
+    branch: str
+    scenarios: tuple[CostScenario, ...]
+    cheapest: str
+    recommendation: str
+    action: str
+    owned_gpus: int
+    break_even_billed_utilization: float | None
+    usd_per_gpu_hour: float
+    flexible_usd_per_gpu_hour: float
+    hardware_usd_per_gpu: float
+    price_source: str
+
+
+@dataclass(frozen=True)
 class AnalysisResult:
     """Everything `gpuaudit analyze` knows. `to_dict()` is the documented JSON (docs/analyzer.md)."""
 
@@ -795,7 +837,9 @@ class AnalysisResult:
     consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
     ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
     chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
-    models: tuple[ModelFound, ...] = ()  # the GPU models found (issue 25): reported name -> key, GPUs, prices
+    models: tuple[ModelFound, ...] = ()  # the GPU models found: reported name -> key, GPUs, prices
+    pools: tuple[Pool, ...] = ()  # the fleet per GPU model, each priced at its own model's prices
+    fleet_fixed_usd: dict[str, float] = field(default_factory=dict)  # the fleet-level costs pools leave out
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self, rich=True)  # plain JSON-able values, stable keys

@@ -65,7 +65,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     if m.data_residency or m.latency_share > 0:  # data that must stay, or latency-bound work, limit renting
         floors = {sid: ctx.floor if b.floor is None else b.floor for sid, b in built.items()}
         out = [dataclasses.replace(s, allowed=pl.allowed(m, s, floors[s.id])) for s in out]
-    out = _with_cash(cfg, tl, out, fl, payback_against(m.current, out))
+    owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
+    out = with_cash(cfg, tl, out, owned_value, payback_against(m.current, out))
     out = [dataclasses.replace(s, reserved_gpus=float(built[s.id].reserved_gpus)) for s in out]
     hyb = built["hybrid"]
     assert hyb.sizing is not None
@@ -141,9 +142,10 @@ def payback_against(current: Deployment, scenarios: list[CostScenario] | tuple[C
     return "all-cloud" if any(s.id == "all-cloud" and s.allowed for s in scenarios) else ""
 
 
-def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fleet, against: str
-               ) -> list[CostScenario]:
-    owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
+def with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], owned_value: float, against: str
+              ) -> list[CostScenario]:
+    """The scenarios with their cash by month, capex and payback against the plan `against` ("" for none);
+    `owned_value`: what the GPUs owned today would sell for now."""
     cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
     rent = cash.get(against) if against else None
     done = []

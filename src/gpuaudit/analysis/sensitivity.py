@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuaudit.analysis import costs
@@ -82,12 +83,21 @@ def margin(block: CostBlock, plan: str) -> tuple[float, float | None]:
     return own, (min(others) - own if others else None)
 
 
-def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = None, plan: str | None = None
+# Prices the fleet's plans at a config and a demand growth per year (one model pool, or the fleet's pools).
+Build = Callable[[Config, float], CostBlock]
+
+
+def builder(m: Measured) -> Build:
+    """The plans of one pool measured as `m`, at any config and growth."""
+    return lambda cfg, growth: cost_block(cfg, m, growth, what_if=False)
+
+
+def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None = None, plan: str | None = None
             ) -> Table:
     """Each input ±fraction on its own. `plan`: the recommended plan (default: the cheapest; after a tie,
     staying as is), whose cost and margin over the cheapest different allowed plan the rows carry."""
     T = TornadoColumns
-    base = base or cost_block(cfg, m, what_if=False)
+    base = base or build(cfg, 0.0)
     base_diff = cloud_minus_own(base)
     plan = plan or base.cheapest
     base_plan, base_margin = margin(base, plan)
@@ -100,7 +110,7 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
         ends: dict[str, tuple[CostBlock, float]] = {}
         for side, mult in (("low", 1 - fraction), ("high", 1 + fraction)):
             moved, used = _moved(cfg, section, key, value * mult, lo, hi)
-            ends[side] = (cost_block(moved, m, what_if=False), used)
+            ends[side] = (build(moved, 0.0), used)
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
         (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
@@ -147,12 +157,12 @@ def tornado(cfg: Config, m: Measured, fraction: float, base: CostBlock | None = 
                  "owning is cheaper); inputs set to 0 are left out.", cols, tuple(rows), "cost model rerun per input")
 
 
-def growth_table(cfg: Config, m: Measured, rates: tuple[float, ...]) -> Table:
+def growth_table(cfg: Config, build: Build, rates: tuple[float, ...]) -> Table:
     G = GrowthColumns
     rows = []
     tl = costs.timeline(cfg)
     for g in rates:
-        b = cost_block(cfg, m, growth=g, what_if=False)
+        b = build(cfg, g)
         row: dict[str, object] = {G.GROWTH_PER_YEAR: g, G.DEMAND_FACTOR: tl.mean_growth(g)}
         for s in b.scenarios:
             row[G.scenario_usd(s.id)] = s.total.value

@@ -52,6 +52,23 @@ def _model_lines(r: AnalysisResult) -> list[str]:
             for m in r.models]
 
 
+def _pool_lines(r: AnalysisResult) -> list[str]:
+    """Per model, in a fleet of several: its utilization, its own tree branch, and what the recommended plan
+    does with it at the model's own prices."""
+    if len(r.pools) < 2:
+        return []
+    out = []
+    for p in r.pools:
+        plan = next(s for s in p.scenarios if s.id == p.recommendation)
+        out.append(f"pool {p.model:<17} {p.gpus:>5} GPUs  held {_pct(p.held_utilization)}  real "
+                   f"{_pct(p.real_utilization)}  tree: {p.branch}  plan: {p.action} "
+                   f"(${plan.total.value or 0.0:,.0f} at ${p.usd_per_gpu_hour:.2f}/GPU-h on demand, "
+                   f"${p.hardware_usd_per_gpu:,.0f} to own)")
+    fixed = sum(r.fleet_fixed_usd.values())
+    out.append(f"fleet-level fixed costs (counted once, not per model): ${fixed:,.0f} when the plan owns and rents")
+    return out
+
+
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
@@ -63,6 +80,7 @@ def summary(r: AnalysisResult) -> str:
         f"trial: {t.start:%Y-%m-%d %H:%M} → {t.end:%Y-%m-%d %H:%M} UTC ({fmt.span(t.days)}), {t.gpus} GPUs on "
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
         *_model_lines(r),
+        *_pool_lines(r),
         f"observed GPU-hours W      {u.observed_gpu_hours.value:,.1f}",
         f"runtime GPU-hours R       {u.runtime_gpu_hours.value:,.1f}",
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",

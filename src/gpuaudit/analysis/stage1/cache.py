@@ -325,10 +325,11 @@ def merge(old: Any, add: Any, old_span: list[float | None] | None = None,
     gpu_hours = pl.concat([old.gpu_hours, add.gpu_hours]).sort(["host", *_GPU_HOUR])
     if old_span is None or add_span is None or _maybe_elastic(gpu_hours, union_span(old_span, add_span)):
         return None
-    sums = [c for c in old.demand.columns if c not in ("bucket_s", "max_interval_s")]
-    demand = (pl.concat([old.demand, add.demand]).group_by("bucket_s", maintain_order=True)
+    keys = ["bucket_s", "gpu_name"]
+    sums = [c for c in old.demand.columns if c not in (*keys, "max_interval_s")]
+    demand = (pl.concat([old.demand, add.demand]).group_by(keys, maintain_order=True)
               .agg(*[pl.col(c).sum() for c in sums], pl.col("max_interval_s").max())
-              .select(old.demand.columns).sort("bucket_s"))
+              .select(old.demand.columns).sort(keys, nulls_last=True))
     holders = (pl.concat([old.holders, add.holders])
                .group_by(_HOLDER, maintain_order=True)
                .agg(pl.col("process_samples").sum(), pl.col("hour").first())

@@ -43,7 +43,8 @@ class Engine(Protocol):
 
 @dataclass(frozen=True)
 class Rollups:
-    """gpu_hours: one row per GPU (or MIG slice) per hour. demand: one row per DEMAND_BUCKET_S bucket.
+    """gpu_hours: one row per GPU (or MIG slice) per hour. demand: one row per DEMAND_BUCKET_S bucket and
+    reported GPU name (gpu_name: each model's demand is priced at its own prices).
     holders: per GPU per hour per (user, job, pod), its process rows (the weight of its share).
     skipped_files / rejected_rows: what the reader left out (unreadable files; rows failing the contract).
     allocations: the scheduler's allocations (sql/analysis_allocations.sql), one row per job per host; None or
@@ -60,7 +61,7 @@ class Rollups:
         schema={"gpu_uuid": pl.String, "mig_instance": pl.Int64, "gpu_fraction": pl.Float64,
                 "observed_s": pl.Float64}))
     elastic_demand: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
-        schema={"bucket_s": pl.Float64, "observed_s": pl.Float64, "held_s": pl.Float64,
+        schema={"bucket_s": pl.Float64, "gpu_name": pl.String, "observed_s": pl.Float64, "held_s": pl.Float64,
                 "max_interval_s": pl.Float64}))
     allocations: pl.DataFrame | None = None
 
@@ -167,7 +168,7 @@ def rollups_from(engine: Engine) -> Rollups:
     rollup, demand, holders = (engine.query(load_sql(q)) for q in queries)
     out = Rollups(
         gpu_hours=rollup.sort(_GPU_HOUR),
-        demand=demand.drop("bucket", strict=False).sort("bucket_s"),
+        demand=demand.drop("bucket", strict=False).sort("bucket_s", "gpu_name", nulls_last=True),
         holders=holders,
         allocations=engine.query(load_sql("analysis_allocations")),
     )
@@ -175,5 +176,5 @@ def rollups_from(engine: Engine) -> Rollups:
     if elastic.height == 0:  # the usual case: no second scan
         return out
     engine.materialize("elastic_gpus", load_sql("analysis_elastic_gpus"))
-    part = engine.query(load_sql("analysis_demand_elastic")).sort("bucket_s")
+    part = engine.query(load_sql("analysis_demand_elastic")).sort("bucket_s", "gpu_name", nulls_last=True)
     return dataclasses.replace(out, elastic_gpus=elastic, elastic_demand=part)
