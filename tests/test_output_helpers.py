@@ -16,7 +16,7 @@ import numpy as np
 from tests.helpers import REPO
 
 from gpuaudit.analysis import text
-from gpuaudit.report import sections
+from gpuaudit.report.sections import formatting
 from gpuaudit.util import fmt, jsonio, logsetup
 
 SRC = REPO / "src" / "gpuaudit"
@@ -41,7 +41,7 @@ def test_each_helper_has_one_home() -> None:
 
 def test_missing_values_are_spelled_from_one_table() -> None:
     assert fmt.pct(None) == fmt.money(float("nan")) == fmt.unit_value(None, "USD") == fmt.MISSING["figure"]
-    assert sections._cell(None, "") == fmt.MISSING["cell"]
+    assert formatting.cell(None, "") == fmt.MISSING["cell"]
     assert text._pct(None) == text._usd(None) == fmt.MISSING["summary"]
     golden = (REPO / "tests" / "golden" / "report_fixed.md").read_text()
     assert f"| {fmt.MISSING['cell']} |" in golden and fmt.MISSING["figure"] not in golden

@@ -1,6 +1,6 @@
 """The report: the analyzer's result as the document a CFO reads.
 
-sections.py builds ordered, typed sections (model.py) from an `AnalysisResult`; charts.py draws static
+sections/ builds ordered, typed sections (model.py) from an `AnalysisResult`; charts.py draws static
 SVG charts with matplotlib; render.py renders HTML and Markdown with the jinja2 templates in templates/;
 writer.py writes report.html / report.md + charts/ / report.json atomically; terminal.py prints the
 summary; chargeback.py writes the chargeback / showback CSV and JSON files. The `report` and `demo` flows

@@ -1,7 +1,7 @@
 """The report as data: ordered, typed sections that every renderer (HTML, Markdown, terminal) walks.
 
-The builder (`sections.py`) turns the analyzer's result into this model; renderers never compute a
-figure. Every key figure carries `source`: the formula, rows or assumption it comes from, shown next
+The builder (`sections/`, one module per section) turns the analyzer's result into this model; renderers
+never compute a figure. Every key figure carries `source`: the formula, rows or assumption it comes from, shown next
 to it (HTML title attribute and footnote line, Markdown footnote).
 """
 

@@ -1,0 +1,104 @@
+"""Section 6, sensitivity: each input moved on its own (the tornado) and demand growth."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuaudit.analysis.result import (
+    AnalysisResult,
+    GrowthColumns,
+    TornadoColumns,
+)
+from gpuaudit.report import charts
+from gpuaudit.report.model import Chart, Section
+from gpuaudit.report.sections.formatting import (
+    breakdown_table,
+    scenario,
+    svgs,
+)
+from gpuaudit.util import fmt
+
+
+def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
+    s = r.sensitivity
+    t, tc = s.tornado, TornadoColumns
+    charts_: list[Chart] = []
+    # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
+    # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
+    name, low, high, base = tc.PARAMETER, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD
+    t.require(name, low, high, base, tc.PLAN, tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD)
+    if t.rows:
+        plan = scenario(r, str(t.rows[0].get(tc.PLAN, "")))
+        plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
+        sides = (
+            f"with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the "
+            "configured inputs"
+        )
+        margins = [x.get(k) for x in t.rows for k in (low, high, base)]
+        if all(v is None for v in margins):  # no allowed plan differs from it anywhere: its own cost moves
+            low, high, base = tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD
+            axis = f"{plan_name}: cost over the horizon, USD"
+            caption = (
+                f"What {plan_name} (the recommended plan) costs over the horizon, {sides}. No other allowed "
+                "plan differs from it, so there is no runner-up to compare with."
+            )
+        else:
+            axis = f"{plan_name}: margin over the next cheapest plan, USD"
+            caption = (
+                f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest different "
+                f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest"
+                + (" (where no other plan differs from it, $0)" if None in margins else "")
+                + "."
+            )
+            if r.decision.tie:  # kept on a tie: a plan cheaper by up to the tolerance does not replace it
+                caption += (
+                    f" It is kept on a tie: another plan cheaper by up to {fmt.money(r.decision.tie_usd)} "
+                    "(the cost model's uncertainty) does not replace it, so the solid line may sit below $0."
+                )
+        step("chart: sensitivity")
+        charts_.append(
+            Chart(
+                "sensitivity",
+                "Sensitivity",
+                **svgs(
+                    charts.tornado,
+                    [str(x[name]) for x in t.rows],
+                    [float(x.get(low) or 0) for x in t.rows],
+                    [float(x.get(high) or 0) for x in t.rows],
+                    float(t.rows[0].get(base) or 0),
+                    axis,
+                    f"What moves the answer: each input ±{s.fraction:.0%}",
+                    s.fraction,
+                ),
+                caption=caption,
+            )
+        )
+    lead = (
+        f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
+        f"recommendation survive?"
+    )
+    tornado_table = breakdown_table(
+        t,
+        caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
+        "billed-hour utilization (— = never: renting is cheaper even with every GPU billed)",
+        columns=(
+            name,
+            tc.LOW_VALUE,
+            tc.BASE_VALUE,
+            tc.HIGH_VALUE,
+            tc.CHEAPEST_LOW,
+            tc.CHEAPEST_HIGH,
+            tc.BREAK_EVEN_LOW,
+            tc.BREAK_EVEN_HIGH,
+        ),
+    )
+    g = GrowthColumns
+    growth_table = breakdown_table(
+        s.growth,
+        caption="Demand growth per year: cost of each scenario over the horizon",
+        columns=(g.GROWTH_PER_YEAR, *(g.scenario_usd(sid) for sid in _GROWTH_SCENARIOS), g.CHEAPEST, g.HYBRID_GPUS),
+    )
+    return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
+
+
+_GROWTH_SCENARIOS = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")  # the growth table's columns shown

@@ -1,0 +1,164 @@
+"""The verdict at the top of the report: the headline, the rule, the confidence and the key figures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.confidence import no_interval_reason
+from gpuaudit.analysis.result import (
+    AnalysisResult,
+    Condition,
+    Consolidation,
+)
+from gpuaudit.report.model import KeyFigure, Verdict
+from gpuaudit.report.sections.formatting import (
+    headline_tiles,
+    scenario,
+)
+from gpuaudit.util import fmt
+
+_HEADLINES = {
+    ("cloud", "cloud"): "Stay in the cloud",
+    ("cloud", "on-prem"): "Move to the cloud",
+    ("on-prem", "on-prem"): "Keep the GPUs on-prem",
+    ("on-prem", "cloud"): "Bring the GPUs on-prem",
+}
+
+
+def build(r: AnalysisResult) -> Verdict:
+    d = r.decision
+    rec = d.recommendation
+    current = d.inputs.current.value
+    rule_branch = d.branch.value
+    headline = "Go hybrid" if rec == "hybrid" else _HEADLINES.get((rec, current), rec)
+    if d.action:  # the plan in counts: what to sell, keep, buy, reserve and rent
+        headline += f": {d.action}"
+    elif rec == "hybrid":
+        headline += f": own {r.hybrid.n_owning:,} GPUs, burst the rest to the cloud"
+    if not d.determined:
+        headline += " (the utilization rule cannot tell: measure SM activity)"
+    elif not d.agrees_with_costs:
+        headline += f" — your prices say so; the utilization rule says {rule_branch}"
+    conds = "; ".join(_condition(c) for c in d.rule.conditions)
+    description = d.rule.description.rstrip(". ")
+    rule = f"{description} ({conds})" if conds else description
+    if not d.determined:
+        rule += ". Possible branches while SM activity is unmeasured: " + " or ".join(d.possible_branches)
+    caveats = [c for c in d.caveats if not c.lower().startswith("provisional")]  # said on its own line
+    if caveats:
+        rule += ". Caveats: " + "; ".join(caveats)
+    c = r.confidence
+    conf = d.confidence
+    what = "the upper bound of real utilization" if c.real_is_upper_bound else "real utilization"
+    if c.resamples:
+        confidence = (
+            f"{conf.level} — {what} {fmt.pct(c.real_utilization.low)} to {fmt.pct(c.real_utilization.high)} "
+            f"({c.level:.0%} interval); the rule's branch changes in {c.flip_share:.0%} and the cheapest scenario in "
+            f"{c.cheapest_flip_share:.0%} of {c.resamples:,} resamples of the {c.days} observed days"
+        )
+    else:
+        confidence = (
+            f"{conf.level} — {what} {fmt.pct(c.real_utilization.point)}; no day-resamples "
+            f"({no_interval_reason(c)}), no interval"
+        )
+    if conf.reasons:
+        confidence += ". Not higher because: " + "; ".join(conf.reasons)
+    figs = [*headline_tiles(r, hl.REAL, hl.BELIEVED, hl.PHANTOM_GAP, emphasis=(hl.REAL,)), _cheapest_figure(r)]
+    lever = _lever_figure(r)
+    if lever is not None:
+        figs.append(lever)
+    reason = (
+        f"the trial covers {fmt.span(r.trial.days)}, less than the minimum for a firm decision; "
+        f"collect more data and re-run"
+    )
+    return Verdict(
+        branch=rec,
+        headline=headline,
+        why=d.headline,
+        rule=rule,
+        confidence=confidence,
+        provisional=bool(d.provisional),
+        provisional_reason=reason,
+        reevaluate_on=d.reevaluate_on.isoformat(),
+        figures=tuple(figs),
+        cost_note=_cost_note(r),
+    )
+
+
+def _lever_figure(r: AnalysisResult) -> KeyFigure | None:
+    """The consolidation lever beside the buy/rent answer: how many GPUs the work fits on, what that saves and
+    how (never part of "cheapest": it changes how GPUs are held)."""
+    c = r.consolidation
+    # a saving inside the cost model's own uncertainty (the tie tolerance) is no lever
+    if c is None or c.saving_usd <= max(r.decision.tie_usd, 0.0):
+        return None
+    how = "; ".join(c.how) if c.how else "pack the work onto fewer GPUs"
+    return KeyFigure(
+        "Biggest lever: consolidation (not in “cheapest”)",
+        f"packed, the recommended plan {_lever_change(c)}: {fmt.money(c.saving_usd)} less",
+        f"the work packed at {c.target_utilization:.0%} SM activity fits on {c.fits_on_gpus:,} GPUs (ceil(peak "
+        f"SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target)); the recommended "
+        f"plan on the packed work: {c.plan}, {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. "
+        f"How: {how}",
+    )
+
+
+def _lever_change(c: Consolidation) -> str:
+    """What consolidation changes in the recommended plan, in its own terms: the GPUs it owns and the GPU-hours
+    it rents (the packed work's GPU count is the tile's source, labelled as such)."""
+    parts = []
+    if c.owned_gpus != c.recommended_owned_gpus:
+        parts.append(f"owns {c.owned_gpus:,} GPUs instead of {c.recommended_owned_gpus:,}")
+    fewer = c.recommended_cloud_gpu_hours - c.cloud_gpu_hours
+    if abs(fewer) >= 0.5:
+        parts.append(f"rents {fmt.num(abs(fewer))} {'fewer' if fewer > 0 else 'more'} GPU-hours")
+    return " and ".join(parts) if parts else "keeps its GPUs and uses them fully"
+
+
+def _cost_note(r: AnalysisResult) -> str:
+    d = r.decision
+    if d.agrees_with_costs:
+        return ""
+    best = scenario(r, r.costs.cheapest)
+    name = best.label if best else r.costs.cheapest
+    if not d.determined:
+        return (
+            f"The utilization rule could land on {' or '.join(d.possible_branches)}: real utilization is only "
+            f"bounded. The cost model, which bills held hours (measured), finds {name} cheapest. See section 5."
+        )
+    return (
+        f"The utilization rule says {d.branch.value}; the cost "
+        f"model finds {name} cheaper by {fmt.money(d.versus_tree_usd)} over {r.costs.horizon_months} months "
+        "with your prices. The recommendation follows the prices; check them in Method and assumptions."
+    )
+
+
+def _condition(c: Condition) -> str:
+    def show(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float) and c.fact.endswith(("utilization", "share")):
+            return fmt.pct(v)
+        if isinstance(v, float):
+            return f"{v:,.4g}"
+        return str(v)
+
+    return f"{c.fact.replace('_', ' ')} = {show(c.actual)} {c.op} {show(c.threshold)}"
+
+
+def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
+    best = scenario(r, r.costs.cheapest)
+    stay = scenario(r, "stay-as-is")
+    months = r.costs.horizon_months
+    if best is None:
+        return KeyFigure("Cheapest scenario", r.costs.cheapest, "cost model")
+    if stay is not None and stay.id != best.id and stay.total.value is not None and best.total.value is not None:
+        saving = r.decision.saving_usd  # stay-as-is minus the cheapest
+        return KeyFigure(
+            label=f"Cheapest over {months} months: {best.label}",
+            text=f"saves {fmt.money(saving)}" if saving >= 0 else f"costs {fmt.money(-saving)} more",
+            source=f"vs today: {stay.label} {fmt.money(stay.total.value)} − {best.label} {fmt.money(best.total.value)}",
+            emphasis=True,
+        )
+    return KeyFigure(f"Cheapest over {months} months: {best.label}", fmt.money(best.total.value), best.total.formula)

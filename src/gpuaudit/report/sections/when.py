@@ -1,0 +1,77 @@
+"""Section 3, when: the hour-of-week heatmap and the weekly trend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpuaudit.analysis.result import (
+    AnalysisResult,
+    HourOfWeekColumns,
+    PerWeekColumns,
+)
+from gpuaudit.report import charts
+from gpuaudit.report.model import Chart, Section
+from gpuaudit.report.sections.formatting import (
+    breakdown_table,
+    svgs,
+)
+from gpuaudit.util import fmt
+
+_DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
+    b = r.breakdowns
+    charts_: list[Chart] = []
+    how = b.hour_of_week
+    val, day, hour = HourOfWeekColumns.REAL_UTILIZATION, HourOfWeekColumns.DAY_OF_WEEK, HourOfWeekColumns.HOUR_OF_DAY
+    how.require(val, day, hour)
+    if how.rows:
+        grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
+        for row in how.rows:
+            grid[int(row[day])][int(row[hour])] = row.get(val)
+        step("chart: hour-of-week heatmap")
+        charts_.append(
+            Chart(
+                "hour-of-week",
+                "Real utilization by hour of week",
+                **svgs(charts.hour_of_week_heatmap, grid, "Real utilization by hour of week (UTC)"),
+                caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
+                "averaged over the trial. The colour scale spans the lowest to the highest "
+                "cell (see the bar), not 0-100 %.",
+            )
+        )
+    wk, w = b.per_week, PerWeekColumns
+    week, rt, rl = w.WEEK, w.RUNTIME_UTILIZATION, w.REAL_UTILIZATION
+    wk.require(week, rt, rl)
+    if wk.rows:
+        step("chart: weekly trend")
+        charts_.append(
+            Chart(
+                "weekly-trend",
+                "Weekly trend",
+                **svgs(
+                    charts.weekly_trend,
+                    [str(x[week]) for x in wk.rows],
+                    [x.get(rt) or 0 for x in wk.rows],
+                    [x.get(rl) or 0 for x in wk.rows],
+                ),
+            )
+        )
+    lead = "When the GPUs work: idle nights and weekends are capacity the cloud would not bill."
+    cells = [row for row in how.rows if row.get(val) is not None]
+    if cells:
+        hi = max(cells, key=lambda row: row[val])
+        lo = min(cells, key=lambda row: row[val])
+
+        def when(row: dict[str, Any]) -> str:
+            return f"{_DAY_NAMES[int(row[day])]} {int(row[hour]):02d}:00 UTC"
+
+        lead = (
+            f"Busiest hour of the week: {when(hi)} at {fmt.pct(hi[val])} real utilization; quietest: "
+            f"{when(lo)} at {fmt.pct(lo[val])}. Hours when owned GPUs sit idle are hours the cloud would "
+            f"not bill."
+        )
+    week_table = breakdown_table(wk, columns=(week, w.GPUS, rt, rl, w.EFFICIENCY_WHILE_HELD, w.IDLE_HELD_GPU_HOURS))
+    return Section("when", "When", lead, (), tuple(charts_), (week_table,))
