@@ -228,3 +228,50 @@ def test_pool_json_has_the_documented_fields(result: dict[str, Any]) -> None:
     assert {"id", "total", "components", "cloud_gpu_hours", "owned_gpus"} <= set(pool["scenarios"][0])
     json.dumps(result)  # plain JSON
     assert dt.datetime.fromisoformat(result["trial"]["start"]) >= T0
+
+
+def _no_overheads(tmp_path: Path) -> Path:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(T4_CONFIG + "[cloud]\nmanaged_services_usd_per_month = 0\nmanaged_services_usd_once = 0\n",
+                   encoding="utf-8")
+    return cfg
+
+
+def test_the_report_shows_each_model_beside_the_fleet_answer(mixed: tuple[Path, Path], tmp_path: Path) -> None:
+    """Item 5: a per-model table (GPUs, held, real, the plan for that model, its cost under each plan) next to
+    the fleet answer, and the headline's action in counts per model."""
+    from gpuaudit.report.render import render_markdown
+    from gpuaudit.report.sections import build_report
+
+    r = analyze(mixed[0], load_config(_no_overheads(tmp_path)))
+    assert r.decision.headline.endswith("Per model: rent the t4 work, sell the 32 t4; keep the 8 h100-sxm-80gb.")
+    md = render_markdown(build_report(r, version="test"))
+    assert "Per model: rent the t4 work, sell the 32 t4; keep the 8 h100-sxm-80gb." in md
+    table = md[md.index("**Per GPU model, each at its own prices"):]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[4:6]}
+    assert "| 32 | 15 % | 4.5 % | cloud | rent the t4 work, sell the 32 t4 | 0.53 | 2,500 |" in rows["t4"]
+    assert "| 8 | 100 % | 70 % |" in rows["h100-sxm-80gb"] and "| 6.88 | 46,900 |" in rows["h100-sxm-80gb"]
+    t4 = next(p for p in r.pools if p.model == "t4")
+    cloud = next(s for s in t4.scenarios if s.id == "all-cloud")
+    assert f"\\${cloud.total.value:,.0f}" in rows["t4"]
+
+
+def test_chargeback_prices_idle_hours_at_each_models_own_price(tmp_path: Path) -> None:
+    """An idle hour on a T4 is worth a T4's flexible price, not an H100's: two users each hold one GPU idle
+    for the whole trial, one on an H100, one on a T4."""
+    from tests.analysis_helpers import ends, proc_rows
+
+    rows, procs = [], []
+    for uuid, name, host, user in (("GPU-h", H100, "h-node", "hana"), ("GPU-t", T4, "t-node", "tom")):
+        g = [{**r, "gpu_name": name} for r in gpu_rows(host, uuid, N, interval_s=STEP, sm=0.0, procs=1)]
+        rows += g
+        procs += proc_rows(host, uuid, ends(g), user=user)
+    r = analyze(write(tmp_path / "d", rows, procs))
+    flexible = {p.model: p.flexible_usd_per_gpu_hour for p in r.pools}
+    assert r.chargeback is not None
+    by_user = {row["user"]: row for row in r.chargeback.by_user.rows}
+    hours = DAYS * 24
+    assert by_user["tom"]["idle_gpu_hours"] == pytest.approx(hours)
+    assert by_user["tom"]["idle_usd"] == pytest.approx(hours * flexible["t4"])
+    assert by_user["hana"]["idle_usd"] == pytest.approx(hours * flexible["h100-sxm-80gb"])
+    assert flexible["t4"] < flexible["h100-sxm-80gb"] / 10

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +56,8 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
     """The AnalysisResult of one analysis."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
+    if composed is not None:
+        costs_ = _blended(costs_)
     charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
                            # waste in dollars has one price, the flexible one (an hour released saves it),
                            # as the report's phantom gap in dollars: one cloud price per use
@@ -105,6 +108,23 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
         pools=pools,
         fleet_fixed_usd={**composed.fixed_owned, **composed.fixed_rented} if composed is not None else {},
     )
+
+
+_BLENDED = ("cloud_usd_per_gpu_hour", "cloud_effective_usd_per_gpu_hour", "cloud_reserved_usd_per_gpu_hour",
+            "cloud_flexible_usd_per_gpu_hour", "owned_usd_per_gpu_hour", "power_w_per_gpu")
+
+
+def _blended(c: Costs) -> Costs:
+    """A fleet of several models has no one price: the fleet-wide price figures are the pools' own, averaged
+    (the cloud's weighted by each pool's held demand, owned and power by its GPUs); each pool's are in `pools`."""
+    out: dict[str, Any] = {}
+    for name in _BLENDED:
+        f: Figure = getattr(c, name)
+        weight = "held demand" if name.startswith("cloud") else "GPUs"
+        out[name] = dataclasses.replace(
+            f, formula=f"mean of the model pools' ({weight}-weighted); each pool: {f.formula}",
+            source="pools (each model's prices)", definition=f"{f.definition} Averaged over the GPU models.")
+    return dataclasses.replace(c, **out)
 
 
 def _model_prices(pricing: Pricing | None, composed: Composed | None, default: Figure) -> cb.Prices | None:

@@ -8,6 +8,7 @@ from gpuaudit.analysis.confidence import no_interval_reason
 from gpuaudit.analysis.result import (
     AnalysisResult,
     CostScenario,
+    Pool,
 )
 from gpuaudit.report import charts
 from gpuaudit.report.model import Chart, KeyFigure, ReportTable, Section
@@ -104,6 +105,9 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             else "renting's: none here, renting is not allowed"
         ),
     )
+    tables: tuple[ReportTable, ...] = (table, plans, comp, cash)
+    if len(r.pools) > 1:
+        tables = (pool_table(r), *tables)
     step("chart: cost per scenario")
     ids = [s.id for s in base]
     chart = Chart(
@@ -163,6 +167,33 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         lead,
         tuple(figs),
         (chart,),
-        (table, plans, comp, cash),
+        tables,
         tuple(notes),
+    )
+
+
+_POOL_PLANS = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
+
+
+def pool_table(r: AnalysisResult) -> ReportTable:
+    """Per GPU model, each at its own prices: what it holds and uses, its tree branch, what the recommended plan
+    does with it, and its cost under each plan (the fleet-level fixed costs are the fleet's, counted once)."""
+    months = r.costs.horizon_months
+    fixed = sum(r.fleet_fixed_usd.values())
+
+    def cost(p: Pool, sid: str) -> str:
+        s = next((x for x in p.scenarios if x.id == sid), None)
+        return fmt.money(s.total.value, exact=True) if s is not None else "—"
+    return ReportTable(
+        columns=("model", "GPUs", "held", "real", "utilization rule", "the recommended plan", "$ per GPU-hour",
+                 "hardware $ per GPU", *[f"{x} ({months} mo)" for x in _POOL_PLANS]),
+        rows=tuple(
+            (p.model, f"{p.gpus:,}", fmt.share(p.held_utilization), fmt.share(p.real_utilization), p.branch,
+             p.action, f"{p.usd_per_gpu_hour:,.2f}", f"{p.hardware_usd_per_gpu:,.0f}",
+             *[cost(p, sid) for sid in _POOL_PLANS])
+            for p in r.pools),
+        numeric=(False, True, True, True, False, False, True, True, True, True, True, True),
+        caption="Per GPU model, each at its own prices (present value; the fleet-level fixed costs, "
+        f"{fmt.money(fixed)} of base staff, network, egress and managed services, are counted once in the fleet "
+        "totals above, not in these)",
     )
