@@ -30,7 +30,6 @@ class PushBusy(GpuauditError):
     """Another push of the same dataset to the same target holds the lock."""
 
 
-
 class _Located(Protocol):
     url: str
 
@@ -105,7 +104,9 @@ def give(path: Path, owner: tuple[int, int] | None) -> None:
 
 @contextlib.contextmanager
 def locked(state: Path, url: str, owner: tuple[int, int] | None, wait_s: float,
-            sleep: Callable[[float], None], clock: Callable[[], float]) -> Iterator[None]:
+           sleep: Callable[[float], None], clock: Callable[[], float]) -> Iterator[None]:
+    """Hold the state directory's lock for one push (waiting up to `wait_s`), else PushBusy; the directory and
+    what is made in it go to `owner`."""
     made = [d for d in (state.parent, state) if not d.exists()]
     state.mkdir(parents=True, exist_ok=True)
     for d in made:
