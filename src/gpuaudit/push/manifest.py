@@ -81,7 +81,6 @@ class Manifest:
             self.lines = len(self.entries)
 
 
-
 def state_dir(root: Path, target: _Located) -> Path:
     """The state directory of pushes of `root` to `target` (its manifest, its lock)."""
     key = target.url if paths.as_url(target.url) else str(Path(target.url).resolve())

@@ -51,7 +51,6 @@ class PushStats:
         return "; ".join(parts)
 
 
-
 @dataclass
 class _Run:
     root: Path

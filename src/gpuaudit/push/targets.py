@@ -28,7 +28,6 @@ class _Mismatch(Exception):
     """The target does not hold what was just written (retried)."""
 
 
-
 class Target(Protocol):
     """Where push writes. `holds`, `same` and `names` answer from what the target listed during this run
     (listed again after each `prepare`); `confirm` asks the target itself, now."""
