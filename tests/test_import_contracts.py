@@ -55,7 +55,10 @@ def _areas() -> set[str]:
 
 # (importing area, forbidden prefix): the layering rules of docs/DESIGN.md.
 FORBIDDEN = [
-    *[(area, "gpuaudit.cli") for area in ("analysis", "report", "agent", "importer", "store", "push", "sim", "util")],
+    *[(area, "gpuaudit.cli") for area in ("analysis", "report", "agent", "importer", "store", "push", "sim", "util",
+                                          "selftest")],
+    ("agent", "gpuaudit.selftest"),
+    ("sim", "gpuaudit.selftest"),
     ("store", "gpuaudit.analysis"),
     ("store", "gpuaudit.report"),
     ("analysis", "pynvml"),
