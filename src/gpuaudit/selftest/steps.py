@@ -236,7 +236,7 @@ class _Run:
         unit = next((u for u in migs if u.mig_instance == cfg.mig_instance), None)
         if unit is None:
             raise GpuauditError(f"{what} has no MIG instance gi{cfg.mig_instance}; it has {listed}")
-        mig_uuid = nv.query("nvmlDeviceGetUUID", unit.handle)
+        mig_uuid = nv.mig_uuid(unit.handle)
         if not mig_uuid or not str(mig_uuid).startswith("MIG-"):
             raise GpuauditError(f"{what}: NVML gives no MIG UUID for gi{cfg.mig_instance} (driver older than R470?), "
                                 "so the load cannot be placed inside it")
