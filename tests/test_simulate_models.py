@@ -65,3 +65,19 @@ def test_a_one_model_scenario_states_its_truth_for_its_one_model(tmp_path: Path)
     h100 = side["models"]["NVIDIA H100 80GB HBM3"]
     assert h100["documented"] == {"runtime_util": 0.60, "real_util": 0.23}
     assert h100["real_util"] == side["real_util"] and h100["gpus"] == 8
+
+
+def test_the_simulated_agent_sees_each_host_s_board() -> None:
+    """`agent run --simulate mixed-models`: the fake NVML names each GPU as its host's board (the T4s without
+    GPM), so the agent records both models as it would on those hosts."""
+    from gpuaudit.agent.nvml import Nvml
+    from gpuaudit.agent.sampler import Sampler
+    from gpuaudit.sim.agentfake import build_fake
+
+    fake = build_fake("mixed-models", n_gpus=40, host="sim")
+    sampler = Sampler(Nvml(fake), "sim", fake.attribution)
+    units = sampler.discover()
+    sampler.close()
+    names = [u.gpu_name for u in units]
+    assert names.count("NVIDIA H100 80GB HBM3") == 8 and names.count("Tesla T4") == 32
+    assert {u.gpu_name for u in units if u.gpm is not None} == {"NVIDIA H100 80GB HBM3"}

@@ -51,12 +51,13 @@ class GpuModel:
     idle_power_w: float  # no context on the GPU
     held_idle_power_w: float  # a context and allocated memory, but no kernels
     min_power_w: float  # what the board never reads below
+    gpm: bool = True  # NVML GPM metrics (Hopper and later); without them the agent measures the duty cycle only
 
 
 H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, "h100", tdp_w=700.0, idle_power_w=70.0,
                     held_idle_power_w=105.0, min_power_w=50.0)
 T4 = GpuModel("Tesla T4", 15360 * MIB, "t4", tdp_w=70.0, idle_power_w=10.0, held_idle_power_w=27.0,
-              min_power_w=8.0)  # 70 W board, 16 GB GDDR6 (nvidia-smi: 15360 MiB)
+              min_power_w=8.0, gpm=False)  # Turing: 70 W board, 16 GB GDDR6 (nvidia-smi: 15360 MiB)
 
 
 # ------------------------------------------------------------------------------------------ scenarios
