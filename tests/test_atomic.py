@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.push.run import _TMP_RE
+from gpuaudit.push.targets import _TMP_RE
 from gpuaudit.util import atomic
 
 

@@ -31,8 +31,8 @@ def test_import_does_not_load_pynvml() -> None:
 def test_init_is_lazy_and_once() -> None:
     nv, fake, _ = _nvml("h100")
     assert fake.init_calls == 0
-    assert nv.call("nvmlDeviceGetCount") == 2
-    nv.call("nvmlDeviceGetCount")
+    assert nv.device_count() == 2
+    nv.device_count()
     assert fake.init_calls == 1
 
 
@@ -66,16 +66,16 @@ def test_cli_without_driver_fails_in_one_line(tmp_path) -> None:
 
 def test_query_translates_errors() -> None:
     nv, fake, _clock = _nvml("h100")
-    h = nv.call("nvmlDeviceGetHandleByIndex", 0)
+    h = nv.handle(0)
     fake.profile.unsupported = ("nvmlDeviceGetTemperature",)
-    assert nv.query("nvmlDeviceGetTemperature", h, 0) is None
+    assert nv.temperature_c(h) is None
     fake.profile.faults.append(fakenvml.Fault("GpuIsLost", gpu=0, fn="nvmlDeviceGetUUID"))
     with pytest.raises(DeviceFault) as e:
-        nv.query("nvmlDeviceGetUUID", h)
+        nv.mig_uuid(h)  # unsupported is None; a lost GPU is not
     assert e.value.code == "NVMLError_GpuIsLost"
     fake.profile.faults.append(fakenvml.Fault("Uninitialized", fn="nvmlDeviceGetCount"))
     with pytest.raises(DriverGone):
-        nv.query("nvmlDeviceGetCount")
+        nv.device_count()
     assert not nv.initialized  # the next call re-inits
 
 
@@ -95,9 +95,9 @@ def test_gpm_metrics_checks_each_metric_return() -> None:
     load = step_load(clock.t, [(0, fakenvml.Load(sm_active=0.25, sm_occupancy=0.5, dram_active=0.75))], 1)
     fake = fakenvml.FakeNvml(prof, load, clock=clock)
     nv = Nvml(fake)
-    h = nv.call("nvmlDeviceGetHandleByIndex", 0)
+    h = nv.handle(0)
     assert nv.gpm_supported(h)
-    bufs = GpmBuffers(nv, lambda b: nv.call("nvmlGpmSampleGet", h, b))
+    bufs = GpmBuffers(nv, h)
     bufs.prime()
     clock.advance(5)
     res = bufs.advance().values
@@ -108,8 +108,7 @@ def test_gpm_metrics_checks_each_metric_return() -> None:
 
 def test_gpm_buffers_are_reused() -> None:
     nv, fake, clock = _nvml("h100", 1)
-    h = nv.call("nvmlDeviceGetHandleByIndex", 0)
-    bufs = GpmBuffers(nv, lambda b: nv.call("nvmlGpmSampleGet", h, b))
+    bufs = nv.gpm_buffers(nv.handle(0))
     bufs.prime()
     for _ in range(20):
         clock.advance(1)
@@ -120,7 +119,7 @@ def test_gpm_buffers_are_reused() -> None:
 
 def test_pre_hopper_reports_no_gpm() -> None:
     nv, _, _ = _nvml("pre-hopper")
-    assert not nv.gpm_supported(nv.call("nvmlDeviceGetHandleByIndex", 0))
+    assert not nv.gpm_supported(nv.handle(0))
 
 
 def _called_names() -> set[str]:
@@ -163,3 +162,15 @@ def test_every_constant_the_agent_uses_exists_in_real_pynvml() -> None:
     names = set(re.findall(r'"(NVML_[A-Z0-9_]+)"', text)) | set(GPM_METRICS.values())
     assert "NVML_GPU_UTILIZATION_SAMPLES" in names
     assert [n for n in sorted(names) if not hasattr(pynvml, n)] == []
+
+
+def test_only_the_seam_names_nvml_functions() -> None:
+    """The typed seam: outside agent/nvml.py no module passes an NVML function name or constant as a string
+    (the sampler and the selftest call typed methods)."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "gpuaudit"
+    bad = [f"{p.relative_to(src)}: {m}" for p in sorted(src.rglob("*.py")) if p.parts[-2:] != ("agent", "nvml.py")
+           and p.parts[-2] != "sim" for m in re.findall(r'"(nvml[A-Z]\w+|NVML_[A-Z0-9_]+)"', p.read_text())]
+    assert bad == []

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import one_error_line, run_cli
 
-from gpuaudit.agent import selftest as st
+from gpuaudit import selftest as st
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -152,7 +152,7 @@ def test_ctrl_c_stops_the_load_at_once() -> None:
     """SIGINT to the selftest in the middle of a step (real time): it kills the load process and exits 130 with
     one line, within a second or two, not after the step."""
     code = ("import functools, sys\n"
-            "from gpuaudit.sim import selftestfake as sf\n"
+            "from gpuaudit.selftest import simulated as sf\n"
             "sf.simulated_environment = functools.partial(sf.simulated_environment, virtual_time=False)\n"
             "sys.argv = ['gpuaudit', 'selftest', '--simulate', '--json']\n"
             "from gpuaudit.cli import main\nmain()\n")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuaudit.agent import cudaload as cl
+from gpuaudit import selftest as cl
 from gpuaudit.errors import GpuauditError
 
 PTXAS = shutil.which("ptxas") or next(

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from tests.helpers import REPO, require_binary
 
-from gpuaudit.agent import cudaload as cl
-from gpuaudit.agent import selftest as st
+from gpuaudit import selftest as cl
+from gpuaudit import selftest as st
 from gpuaudit.errors import GpuauditError
-from gpuaudit.sim.selftestfake import simulated_environment
+from gpuaudit.selftest.simulated import simulated_environment
 
 STUB_SRC = REPO / "tests" / "data" / "libcuda_stub.c"
 

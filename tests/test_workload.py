@@ -12,9 +12,7 @@ import pytest
 from gpuaudit.errors import GpuauditError
 from gpuaudit.sim.loadmodel import load_model
 from gpuaudit.sim.workload import (
-    GPU_MEM_TOTAL_BYTES,
     SCENARIOS,
-    TDP_W,
     decision_branch,
     get_scenario,
 )
@@ -23,7 +21,7 @@ START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
 
 
 def test_the_five_scenarios_exist_with_consistent_ground_truth() -> None:
-    assert list(SCENARIOS) == ["phantom", "idle-cluster", "steady-training", "bursty-agents", "mixed"]
+    assert list(SCENARIOS) == ["phantom", "idle-cluster", "steady-training", "bursty-agents", "mixed", "mixed-models"]
     for sc in SCENARIOS.values():
         t = sc.truth
         assert 0 < t.real_util <= t.runtime_util <= 1, sc.name
@@ -91,13 +89,14 @@ def _states(name: str, n: int, days: float, step_s: float, seed: int = 0) -> tup
 def test_gpu_loads_are_physically_plausible(name: str) -> None:
     m = load_model(name, 32, seed=3, start=START, days=4)
     for hour in range(0, 96, 5):
-        for g in m.at(START.timestamp() + hour * 3600 + 30):
+        for i, g in enumerate(m.at(START.timestamp() + hour * 3600 + 30)):
+            board = m.models[m.gpu_model[i]]
             assert 0 <= g.sm_active <= 1 and 0 <= g.duty_cycle <= 1
             # Duty cycle counts any kernel running: it can only overstate SM activity.
             assert g.duty_cycle >= g.sm_active
             assert g.sm_occupancy <= g.sm_active + 1e-9 and g.tensor_active <= g.sm_active + 1e-9
-            assert 50 <= g.power_w <= TDP_W and 25 <= g.temp_c <= 90
-            assert g.mem_total_bytes == GPU_MEM_TOTAL_BYTES and 0 <= g.mem_used_bytes <= g.mem_total_bytes
+            assert board.min_power_w <= g.power_w <= board.tdp_w and 25 <= g.temp_c <= 90
+            assert g.mem_total_bytes == board.mem_total_bytes and 0 <= g.mem_used_bytes <= g.mem_total_bytes
             if g.processes:
                 assert g.mem_used_bytes > 0
                 assert sum(p.mem_used_bytes for p in g.processes) <= g.mem_used_bytes

@@ -9,7 +9,6 @@ unit that failed an interval simply has no row for it (a visible gap) and restar
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -19,14 +18,11 @@ from typing import Any
 
 from gpuaudit import schema
 from gpuaudit.agent.log import event
-from gpuaudit.agent.nvml import GPM_METRICS, DeviceFault, GpmBuffers, Nvml
+from gpuaudit.agent.nvml import GPM_METRICS, DeviceFault, GpmBuffers, Handle, Nvml
 from gpuaudit.agent.procinfo import Attributor
 
 LOST_RETRY_MIN_S = 30.0
 LOST_RETRY_MAX_S = 600.0
-
-# pynvml value-type code -> the union member holding it
-_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 @dataclass
@@ -36,8 +32,8 @@ class Unit:
     gpu_index: int
     gpu_uuid: str
     gpu_name: str | None
-    handle: Any
-    parent: Any  # the physical GPU's handle (== handle for a whole GPU)
+    handle: Handle
+    parent: Handle  # the physical GPU's handle (== handle for a whole GPU)
     mig_instance: int | None = None
     mig_profile: str | None = None
     gpu_fraction: float = 1.0
@@ -87,8 +83,8 @@ class Sampler:
         self.close()
         nv = self.nvml
         nv.init()
-        self.driver_version = nv.query("nvmlSystemGetDriverVersion")
-        count = nv.call("nvmlDeviceGetCount")
+        self.driver_version = nv.driver_version()
+        count = nv.device_count()
         units: list[Unit] = []
         for index in range(count):
             if self.stop():
@@ -106,34 +102,23 @@ class Sampler:
 
     def _discover_gpu(self, index: int) -> list[Unit]:
         nv = self.nvml
-        handle = nv.call("nvmlDeviceGetHandleByIndex", index)
-        uuid = nv.call("nvmlDeviceGetUUID", handle)
-        name = nv.query("nvmlDeviceGetName", handle)
+        handle = nv.handle(index)
+        uuid = nv.uuid(handle)
+        name = nv.name(handle)
         gpm = nv.gpm_supported(handle)
-        mode = nv.query("nvmlDeviceGetMigMode", handle)
-        if not mode or not mode[0]:
+        if not nv.mig_enabled(handle):
             unit = Unit(index, uuid, name, handle, handle, gpm_supported=gpm)
             if gpm:
-                unit.gpm = GpmBuffers(nv, functools.partial(nv.call, "nvmlGpmSampleGet", handle))
+                unit.gpm = nv.gpm_buffers(handle)
             return [unit]
-        total_slices = nv.query("nvmlDeviceGetMaxMigDeviceCount", handle) or 7
         units = []
-        for i in range(total_slices):
-            try:
-                mh = nv.call("nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
-            except DeviceFault as e:
-                if e.code == "NVMLError_NotFound":  # this slot holds no instance
-                    continue
-                raise
-            gi = nv.call("nvmlDeviceGetGpuInstanceId", mh)
-            mig_name = nv.query("nvmlDeviceGetName", mh)
-            attrs = nv.query("nvmlDeviceGetAttributes", mh)
-            slices = getattr(attrs, "gpuInstanceSliceCount", 0) if attrs is not None else 0
-            unit = Unit(index, uuid, name, mh, handle, mig_instance=int(gi), mig_profile=_mig_profile(mig_name),
-                        gpu_fraction=(slices / total_slices) if slices else 1.0 / total_slices,
+        for child in nv.mig_children(handle):
+            unit = Unit(index, uuid, name, child.handle, handle, mig_instance=child.gi_id,
+                        mig_profile=_mig_profile(child.name),
+                        gpu_fraction=(child.slices / child.max_slices) if child.slices else 1.0 / child.max_slices,
                         gpm_supported=gpm)
             if gpm:
-                unit.gpm = GpmBuffers(nv, functools.partial(nv.call, "nvmlGpmMigSampleGet", handle, int(gi)))
+                unit.gpm = nv.gpm_buffers(handle, child.gi_id)
             units.append(unit)
         return units
 
@@ -145,23 +130,16 @@ class Sampler:
         self.units = []
 
     # --- baselines -----------------------------------------------------------------------------------
-    def _drain(self, u: Unit, kind_const: str, last: int) -> tuple[float | None, int]:
-        """Mean of the driver's samples newer than `last` (0-1) and the newest timestamp it returned."""
+    def _drain(self, u: Unit, kind: str, last: int) -> tuple[float | None, int]:
+        """Mean of the driver's `kind` samples newer than `last` (0-1) and the newest timestamp it returned."""
         if not u.samples_supported:
             return None, last
-        kind = self.nvml.const(kind_const)
-        try:
-            vtype, samples = self.nvml.call("nvmlDeviceGetSamples", u.handle, kind, last)
-        except DeviceFault as e:
-            if e.code == "NVMLError_NotFound":  # no sample since `last`
-                return None, last
-            if e.code in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission"):
-                u.samples_supported = False
-                return None, last
-            raise
-        attr = _VALUE_FIELDS.get(vtype, "uiVal")
-        values = [getattr(s.sampleValue, attr) for s in samples if s.timeStamp > last]
-        newest = max((s.timeStamp for s in samples), default=last)
+        samples = self.nvml.utilization_samples(u.handle, kind, last)
+        if samples is None:
+            u.samples_supported = False
+            return None, last
+        values = [s.percent for s in samples if s.timestamp_us > last]
+        newest = max((s.timestamp_us for s in samples), default=last)
         if not values:
             return None, max(newest, last)
         return min(max(sum(values) / len(values) / 100.0, 0.0), 1.0), max(newest, last)
@@ -171,9 +149,9 @@ class Sampler:
         try:
             if u.gpm is not None:
                 u.gpm.prime()
-            _, u.util_ts = self._drain(u, "NVML_GPU_UTILIZATION_SAMPLES", u.util_ts)
-            _, u.mem_ts = self._drain(u, "NVML_MEMORY_UTILIZATION_SAMPLES", u.mem_ts)
-            u.energy_mj = self.nvml.query("nvmlDeviceGetTotalEnergyConsumption", u.parent)
+            _, u.util_ts = self._drain(u, "gpu", u.util_ts)
+            _, u.mem_ts = self._drain(u, "memory", u.mem_ts)
+            u.energy_mj = self.nvml.energy_mj(u.parent)
             self._process_util(u)
         except DeviceFault as e:
             self._fault(u, e)
@@ -232,19 +210,17 @@ class Sampler:
         gpm = u.gpm.advance() if u.gpm is not None else None
         end = self.clock()
         interval_s = max(end - u.t_start, 1e-6)
-        duty, u.util_ts = self._drain(u, "NVML_GPU_UTILIZATION_SAMPLES", u.util_ts)
-        mem_util, u.mem_ts = self._drain(u, "NVML_MEMORY_UTILIZATION_SAMPLES", u.mem_ts)
+        duty, u.util_ts = self._drain(u, "gpu", u.util_ts)
+        mem_util, u.mem_ts = self._drain(u, "memory", u.mem_ts)
         if (duty is None or mem_util is None) and u.mig_instance is None:
-            rates = nv.query("nvmlDeviceGetUtilizationRates", u.handle)  # point value: better than none
+            rates = nv.utilization_rates(u.handle)  # point value: better than none
             if rates is not None:
-                duty = rates.gpu / 100.0 if duty is None else duty
-                mem_util = rates.memory / 100.0 if mem_util is None else mem_util
-        mem = nv.query("nvmlDeviceGetMemoryInfo", u.handle, version=nv.const("nvmlMemory_v2"))
-        if mem is None:
-            mem = nv.query("nvmlDeviceGetMemoryInfo", u.handle)
+                duty = rates.gpu_pct / 100.0 if duty is None else duty
+                mem_util = rates.memory_pct / 100.0 if mem_util is None else mem_util
+        mem = nv.memory(u.handle)
         power_w, energy_j = self._power(u, interval_s)
-        temp = nv.query("nvmlDeviceGetTemperature", u.parent, nv.const("NVML_TEMPERATURE_GPU", 0))
-        listed = nv.query("nvmlDeviceGetComputeRunningProcesses", u.handle)
+        temp = nv.temperature_c(u.parent)
+        listed = nv.compute_processes(u.handle)
         running = listed or []
         sm_by_pid = self._process_util(u)
         u.t_start = end
@@ -258,10 +234,10 @@ class Sampler:
             "sm_active": sm_active, "sm_occupancy": values.get("sm_occupancy"),
             "tensor_active": values.get("tensor_active"), "dram_active": values.get("dram_active"),
             "duty_cycle": duty, "mem_util": mem_util,
-            "mem_used_bytes": int(mem.used) if mem is not None else None,
-            "mem_total_bytes": int(mem.total) if mem is not None else None,
+            "mem_used_bytes": mem.used_bytes if mem is not None else None,
+            "mem_total_bytes": mem.total_bytes if mem is not None else None,
             "power_w": power_w, "energy_j": energy_j,
-            "temp_c": int(temp) if temp is not None else None,
+            "temp_c": temp,
             "n_processes": len(running),
             "source": schema.SOURCE_NVML_GPM if sm_active is not None else schema.SOURCE_NVML,
         }
@@ -270,15 +246,14 @@ class Sampler:
                        "temp_c": temp is not None, "processes": listed is not None}
         prows = []
         for p in running:
-            pid = int(p.pid)
+            pid = p.pid
             who = self.attributor(pid)
-            used = getattr(p, "usedGpuMemory", None)
             prows.append({
                 "ts": ts, "host": self.host, "gpu_uuid": u.gpu_uuid, "mig_instance": u.mig_instance,
                 "pid": pid, "user": who.get("user"), "job_id": who.get("job_id"),
                 "k8s_namespace": who.get("k8s_namespace"), "k8s_pod": who.get("k8s_pod"),
                 "container": who.get("container"), "command": who.get("command"),
-                "mem_used_bytes": int(used) if used is not None else None,
+                "mem_used_bytes": p.used_bytes,
                 "sm_util": sm_by_pid.get(pid),
             })
         return row, prows
@@ -287,12 +262,12 @@ class Sampler:
         """Average power and energy over the interval from the energy counter (a MIG instance gets its
         share of the parent GPU's); falls back to instantaneous power x time."""
         nv = self.nvml
-        energy = nv.query("nvmlDeviceGetTotalEnergyConsumption", u.parent)
+        energy = nv.energy_mj(u.parent)
         prev, u.energy_mj = u.energy_mj, energy
         if energy is not None and prev is not None and energy >= prev:  # a reset counter is not a delta
             energy_j = (energy - prev) / 1000.0 * u.gpu_fraction
             return energy_j / interval_s, energy_j
-        mw = nv.query("nvmlDeviceGetPowerUsage", u.parent)
+        mw = nv.power_mw(u.parent)
         if mw is None:
             return None, None
         power_w = mw / 1000.0 * u.gpu_fraction
@@ -302,16 +277,16 @@ class Sampler:
         """Per-process SM utilization since the last call (0-1). NVML refuses this in many ways
         (NotFound when idle, NotSupported on MIG, ...): any NVML error just means unknown."""
         try:
-            samples = self.nvml.call("nvmlDeviceGetProcessUtilization", u.handle, u.proc_ts)
+            samples = self.nvml.process_utilization(u.handle, u.proc_ts)
         except DeviceFault as e:
             if e.code == "NVMLError_GpuIsLost":
                 raise
             return {}
         acc: dict[int, list[float]] = {}
         for s in samples:
-            if s.timeStamp > u.proc_ts:
-                acc.setdefault(int(s.pid), []).append(float(s.smUtil))
-        u.proc_ts = max((int(s.timeStamp) for s in samples), default=u.proc_ts)
+            if s.timestamp_us > u.proc_ts:
+                acc.setdefault(s.pid, []).append(s.sm_pct)
+        u.proc_ts = max((s.timestamp_us for s in samples), default=u.proc_ts)
         return {pid: min(sum(v) / len(v) / 100.0, 1.0) for pid, v in acc.items()}
 
     def describe(self) -> list[dict[str, Any]]:

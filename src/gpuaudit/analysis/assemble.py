@@ -44,7 +44,7 @@ from gpuaudit.analysis.result import (
     Utilization,
 )
 from gpuaudit.analysis.scenarios import CostBlock, payback_against
-from gpuaudit.analysis.stage1.rollup import Rollups
+from gpuaudit.analysis.stage1.frames import Rollups
 
 
 def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, t: ut.Totals, trial: Trial,

@@ -12,7 +12,7 @@ from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.result import Deployment, Ledger, Trial, Utilization
-from gpuaudit.analysis.stage1.rollup import Rollups
+from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.analysis.stage1.slots import HOUR_S
 
 

@@ -28,7 +28,7 @@ from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
 from gpuaudit.analysis.result import CostScenario, Figure
 from gpuaudit.analysis.scenarios import CostBlock, CostDraws, Plan, cost_block, cost_draws, with_cash
-from gpuaudit.analysis.stage1.rollup import Rollups
+from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.catalog import ModelSpec, identify
 
 # The model figures a pool is priced at, and the fleet setting each stands in for.

@@ -29,7 +29,7 @@ from gpuaudit.analysis.result import (
     Utilization,
     WrsColumns,
 )
-from gpuaudit.analysis.stage1.rollup import Rollups
+from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
 from gpuaudit.errors import NoDataError
 from gpuaudit.util import fmt

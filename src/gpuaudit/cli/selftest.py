@@ -1,4 +1,4 @@
-"""`gpuaudit selftest`: argument parsing only; the work is in gpuaudit.agent.selftest and gpuaudit.agent.cudaload."""
+"""`gpuaudit selftest`: argument parsing only; the work is in gpuaudit.selftest."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def selftest(
     """Check on this GPU that what the agent records is right: a calibrated load (k blocks, one per SM, busy d of
     each period) makes SM activity (k/SMs) x d and duty cycle d by construction; the agent's sampler measures it
     at 1 s. Exit status: 0 every step within tolerance; 1 a step failed; 2 cannot run; 130 interrupted."""
-    from gpuaudit.agent import selftest as st
+    from gpuaudit import selftest as st
     from gpuaudit.util.jsonio import dumps
 
     if backend not in ("auto", "driver", "torch"):
@@ -55,7 +55,7 @@ def selftest(
     config = st.SelftestConfig(gpu=gpu, mig_instance=mig_instance, force=force, backend=backend,
                                measure_s=step_seconds)
     if simulate:
-        from gpuaudit.sim.selftestfake import simulated_environment
+        from gpuaudit.selftest.simulated import simulated_environment
 
         env = simulated_environment(config, hardware=simulate_hardware, n_gpus=simulate_gpus,
                                        fault=simulate_fault)

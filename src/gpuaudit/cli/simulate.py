@@ -16,7 +16,7 @@ from gpuaudit.errors import GpuauditError
 SCENARIO_HELP = (
     "phantom (runtime ~60 %, real ~23 %), idle-cluster (16 nodes x 8 GPUs at ~12 %), "
     "steady-training (~95 % around the clock), bursty-agents (20 <-> 200 GPUs within minutes), "
-    "mixed (a shared fleet: hybrid)"
+    "mixed (a shared fleet: hybrid), mixed-models (8 H100 training beside 32 T4 mostly idle)"
 )
 
 
@@ -43,7 +43,7 @@ def simulate_cmd(
     scenario: str = typer.Option("phantom", "--scenario", "-s", help=f"Workload scenario: {SCENARIO_HELP}."),
     gpus: int | None = typer.Option(None, "--gpus", "-g", help="Number of GPUs, 8 per host "
                                     "(default: the scenario's: 64; 128 for idle-cluster and mixed; 256 for "
-                                    "bursty-agents)."),
+                                    "bursty-agents; 40 for mixed-models)."),
     days: float = typer.Option(14.0, "--days", help="Days of history to generate."),
     interval: float = typer.Option(60.0, "--interval", "-i", help="Sample interval in seconds (1-3600)."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same dataset."),

@@ -60,7 +60,18 @@ def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: 
         else:
             model = load_model(scenario, n_units, seed)
             load = _cached(model.at, resolution_s)
+            if hardware in ("h100", "normal") and n_units == len(prof.gpus):
+                _boards(prof, model)
     return fakenvml.FakeNvml(prof, load, clock=time.time, resolution_s=resolution_s, uuid_seed=host)
+
+
+def _boards(prof: fakenvml.Profile, model: Any) -> None:
+    """Whole GPUs show the board the scenario puts on their host where it is another model than the profile's
+    (mixed-models' T4s: their name, memory, no GPM), so that the agent records what it would on that host."""
+    for spec, board_i in zip(prof.gpus, model.gpu_model.tolist(), strict=True):
+        board = model.models[board_i]
+        if board.name != spec.name:
+            spec.name, spec.mem_total_bytes, spec.gpm = board.name, board.mem_total_bytes, board.gpm
 
 
 def _cached(at: Any, resolution_s: float) -> fakenvml.LoadFn:

@@ -174,9 +174,9 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
     import polars as pl
 
     from gpuaudit.schema import MIB
-    from gpuaudit.sim.workload import GPU_MEM_TOTAL_BYTES, GPU_NAME
 
     n = len(gpu)
+    board = model.gpu_model[gpu]
     ts_us = np.rint((model.start_epoch + t) * 1e6).astype(np.int64)
     f32 = np.float32
     return pl.DataFrame({
@@ -185,7 +185,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
         "host": _strings(model.hosts, model.gpu_host[gpu]),
         "gpu_uuid": _strings(model.uuids, gpu),
         "gpu_index": model.gpu_index[gpu].astype(np.int16),
-        "gpu_name": _strings([GPU_NAME], np.zeros(n, dtype=np.int64)),
+        "gpu_name": _strings([m.name for m in model.models], board),
         "gpu_fraction": np.ones(n, dtype=f32),
         # Quantized at the source's precision: GPM ratios 0.1 %, utilization.* integer percent.
         "sm_active": (v["sm_k"] / 1000).astype(f32),
@@ -195,7 +195,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
         "duty_cycle": (v["duty_pct"] / 100).astype(f32),
         "mem_util": (v["mem_util_pct"] / 100).astype(f32),
         "mem_used_bytes": v["mem_mib"] * MIB,
-        "mem_total_bytes": np.full(n, GPU_MEM_TOTAL_BYTES, dtype=np.int64),
+        "mem_total_bytes": np.array([m.mem_total_bytes for m in model.models], dtype=np.int64)[board],
         "power_w": v["power_w"].astype(f32),
         "energy_j": v["power_w"].astype(f32) * f32(interval_s),  # int16 * interval would overflow
         "temp_c": v["temp_c"],
@@ -287,8 +287,10 @@ def _evaluate(model: LoadModel, gpu: np.ndarray, t: np.ndarray) -> dict[str, np.
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]) -> tuple[int, int, int, int, int]:
-    """Evaluate and write one chunk; returns (rows, process rows, held rows, sum of sm_k, files)."""
+def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]
+                 ) -> tuple[int, int, int, int, int, list[tuple[int, int, int]]]:
+    """Evaluate and write one chunk; returns (rows, process rows, held rows, sum of sm_k, files, and per GPU
+    model (model.models' order) its rows, held rows and sum of sm_k)."""
     import numpy as np
 
     from gpuaudit import store
@@ -308,8 +310,14 @@ def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]) 
     procs = process_frame(model, gpu, t, v)
     if procs.height:
         files += len(store.write_table(root, schema.PROCESSES, procs, prefix="sim", presorted=True))
+    board = model.gpu_model[gpu]
+    n_models = len(model.models)
+    per_model = list(zip(np.bincount(board, minlength=n_models).tolist(),
+                         np.bincount(board, weights=v["n_processes"] > 0, minlength=n_models).astype(np.int64).tolist(),
+                         np.bincount(board, weights=v["sm_k"], minlength=n_models).astype(np.int64).tolist(),
+                         strict=True))
     return (len(gpu), procs.height, int(np.count_nonzero(v["n_processes"])), int(v["sm_k"].sum(dtype=np.int64)),
-            files)
+            files, per_model)
 
 
 def _write_allocations(root: Path, model: LoadModel, first_s: float, last_s: float) -> dict[str, Any]:
@@ -340,10 +348,31 @@ def _write_allocations(root: Path, model: LoadModel, first_s: float, last_s: flo
             "allocated_no_process_gpu_hours": round(idle / 3600, 6)}
 
 
-def _run(results: Any, totals: list[int], progress: Progress | None, n: int) -> None:
+def _model_truth(sc: Any, model: LoadModel, per_model: list[list[int]]) -> dict[str, dict[str, Any]]:
+    """Per GPU model (NVML name): its GPUs, the runtime and real utilization of what was written, and what the
+    scenario documents for it."""
+    from gpuaudit.sim.workload import model_truth
+
+    documented = model_truth(sc)
+    out = {}
+    for i, board in enumerate(model.models):
+        rows, held, sm_sum = per_model[i]
+        out[board.name] = {
+            "gres_type": board.gres_type, "gpus": int((model.gpu_model == i).sum()),
+            "runtime_util": round(held / rows, 6) if rows else 0.0,
+            "real_util": round(sm_sum / 1000 / rows, 6) if rows else 0.0,
+            "documented": documented.get(board.name),
+        }
+    return out
+
+
+def _run(results: Any, totals: list[int], per_model: list[list[int]], progress: Progress | None, n: int) -> None:
     for i, r in enumerate(results):
-        for k, x in enumerate(r):
+        for k, x in enumerate(r[:-1]):
             totals[k] += x
+        for acc, got in zip(per_model, r[-1], strict=True):
+            for k, x in enumerate(got):
+                acc[k] += x
         if progress:
             progress(i + 1, n)
 
@@ -402,18 +431,19 @@ def simulate(
     spec = _ModelSpec(sc.name, n_gpus, seed, model.start, days)
     n_workers = _workers(workers, n_gpus * n_steps, len(chunks))
     totals = [0, 0, 0, 0, 0]  # rows, process rows, held rows, sum of sm_k, files
+    per_model = [[0, 0, 0] for _ in model.models]  # rows, held rows, sum of sm_k
     jobs = [(spec, str(root), interval_s, c) for c in chunks]
     if n_workers == 1:
         _MODELS[spec] = model
         results = map(_write_chunk, jobs)
-        _run(results, totals, progress, len(chunks))
+        _run(results, totals, per_model, progress, len(chunks))
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         # spawn, not fork: polars' and DuckDB's thread pools do not survive a fork.
         with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            _run(pool.map(_write_chunk, jobs), totals, progress, len(chunks))
+            _run(pool.map(_write_chunk, jobs), totals, per_model, progress, len(chunks))
     _MODELS.clear()
     rows, process_rows, held, sm_sum, files = totals
 
@@ -422,7 +452,8 @@ def simulate(
     branch = decision_branch(real_util, thresholds.cloud_below, thresholds.on_prem_above)
     allocated = _write_allocations(root, model, -interval_s, (n_steps - 1) * interval_s)
     meta.update(runtime_util=round(runtime_util, 6), real_util=round(real_util, 6), branch=branch,
-                rows=rows, process_rows=process_rows, allocations=allocated, complete=True)
+                rows=rows, process_rows=process_rows, allocations=allocated,
+                models=_model_truth(sc, model, per_model), complete=True)
     store.write_json(root, SIDECAR, meta)
     sizes = {t: sum(f.stat().st_size for f in (root / t).rglob("*.parquet")) if (root / t).is_dir() else 0
              for t in schema.TABLES}

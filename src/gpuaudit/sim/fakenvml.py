@@ -26,14 +26,13 @@ import pynvml as _real
 
 from gpuaudit.agent.nvml import GPM_METRICS
 from gpuaudit.schema import MIB
-from gpuaudit.sim.loadmodel import GpuLoad, ProcessLoad
+from gpuaudit.sim.loads import GpuLoad, ProcessLoad
 
 # Constants, exception classes and structs are the real ones.
 for _name in dir(_real):
     if _name.startswith(("NVML_", "NVMLError", "c_nvml", "nvmlMemory_v", "struct_c_nvml")):
         globals()[_name] = getattr(_real, _name)
 NVMLError = _real.NVMLError
-
 
 
 # The simulated GPU state is the load model's own type (one definition for both).
@@ -495,59 +494,3 @@ class FakeNvml:
 def make(profile_name: str, n_gpus: int = 8, load: LoadFn | None = None, *,
          clock: Callable[[], float] = time.time, resolution_s: float = 1.0) -> FakeNvml:
     return FakeNvml(profile(profile_name, n_gpus), load, clock=clock, resolution_s=resolution_s)
-
-
-# --- the selftest's calibrated load -----------------------------------------------------------------------
-
-@dataclass
-class CalibratedPattern:
-    """A LoadFn for `gpuaudit selftest --simulate`: what a GPU shows while the calibrated spin kernel runs.
-
-    `k` of `sm_count` SMs hold one spinning block each for the first `d` of every `period_s`, then the GPU
-    idles: SM activity is k / sm_count while busy (0 otherwise), the duty cycle 1 while busy, power rises from
-    idle with the busy SMs. The selftest records each change with `set` at the time it happened; the fake asks
-    for any earlier time when it integrates, so the history is kept. `sm_offset` (a GPU whose GPM reads high
-    while the load runs and `foreign` (someone else's work on the same GPU) are the faults the selftest must
-    catch.
-    """
-
-    n_units: int
-    unit: int  # the fake unit (whole GPU or MIG instance) the load runs on
-    sm_count: int
-    period_s: float = 0.1
-    idle_power_w: float = 70.0
-    max_power_w: float = 700.0
-    sm_offset: float = 0.0
-    foreign: Load | None = None
-    segments: list[tuple[float, int, float, list[ProcLoad]]] = field(default_factory=list)
-
-    def set(self, t: float, k: int, d: float, processes: list[ProcLoad]) -> None:
-        """From time t on: k blocks busy d of each period (k = 0: idle), `processes` listed on the GPU."""
-        self.segments.append((t, k, d, list(processes)))
-
-    def _at(self, t: float) -> tuple[float, int, float, list[ProcLoad]]:
-        current: tuple[float, int, float, list[ProcLoad]] = (t, 0, 0.0, [])
-        for seg in self.segments:
-            if seg[0] <= t:
-                current = seg
-        return current
-
-    def __call__(self, t: float) -> list[Any]:
-        start, k, d, procs = self._at(t)
-        busy = k > 0 and (d >= 1.0 or (t - start) % self.period_s < d * self.period_s)
-        frac = k / self.sm_count if busy else 0.0
-        sm = min(frac + self.sm_offset, 1.0) if k > 0 else 0.0  # a miscalibrated GPU reads high all along
-        processes = list(procs)
-        mem = 512 * MIB if procs else 0
-        duty = 1.0 if busy else 0.0
-        if self.foreign is not None:
-            f = self.foreign
-            sm, duty = min(sm + f.sm_active, 1.0), max(duty, f.duty_cycle)
-            frac = min(frac + f.sm_active, 1.0)
-            processes += f.processes
-            mem += f.mem_used_bytes
-        target = Load(sm_active=sm, sm_occupancy=sm / 64, duty_cycle=duty, mem_util=0.0, mem_used_bytes=mem,
-                      power_w=self.idle_power_w + (self.max_power_w - self.idle_power_w) * frac,
-                      temp_c=40 + round(30 * frac), processes=processes)
-        idle = Load(power_w=self.idle_power_w)
-        return [target if i == self.unit else idle for i in range(self.n_units)]

@@ -17,11 +17,6 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.schema import MIB
 
 GPUS_PER_HOST = 8
-GPU_NAME = "NVIDIA H100 80GB HBM3"
-GPU_MEM_TOTAL_BYTES = 81559 * MIB  # what nvidia-smi reports for an H100 80GB HBM3
-TDP_W = 700.0  # H100 SXM board power limit
-IDLE_POWER_W = 70.0  # no context on the GPU
-HELD_IDLE_POWER_W = 105.0  # a context and allocated memory, but no kernels
 DAY_S = 86400
 WARMUP_S = 14 * DAY_S  # jobs start before the window so it opens mid-stream, not on an empty fleet
 # Duty cycle in compute phases = sm + (1 - sm) × fill: some kernel runs nearly all the time even when few SMs
@@ -39,6 +34,30 @@ def decision_branch(real_util: float, cloud_below: float | None = None, on_prem_
     default = load_config().decision
     return str(branch_at(real_util, default.cloud_below if cloud_below is None else cloud_below,
                          default.on_prem_above if on_prem_above is None else on_prem_above))
+
+
+# ------------------------------------------------------------------------------------------ hardware
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """The board a scenario's hosts carry: its name as NVML reports it (what catalog.identify maps), the memory
+    nvidia-smi reports, the Slurm gres type, and the board power the load model draws between."""
+
+    name: str
+    mem_total_bytes: int
+    gres_type: str
+    tdp_w: float  # board power limit
+    idle_power_w: float  # no context on the GPU
+    held_idle_power_w: float  # a context and allocated memory, but no kernels
+    min_power_w: float  # what the board never reads below
+    gpm: bool = True  # NVML GPM metrics (Hopper and later); without them the agent measures the duty cycle only
+
+
+H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, "h100", tdp_w=700.0, idle_power_w=70.0,
+                    held_idle_power_w=105.0, min_power_w=50.0)
+T4 = GpuModel("Tesla T4", 15360 * MIB, "t4", tdp_w=70.0, idle_power_w=10.0, held_idle_power_w=27.0,
+              min_power_w=8.0, gpm=False)  # Turing: 70 W board, 16 GB GDDR6 (nvidia-smi: 15360 MiB)
 
 
 # ------------------------------------------------------------------------------------------ scenarios
@@ -110,6 +129,7 @@ class WorkloadScenario:
     serving: ServingProfile | None = None
     parts: tuple[tuple[str, float], ...] = ()  # mixed: (scenario, share of hosts)
     tolerance: float = 0.04  # how far a small fleet's measured R/W and S/W may stray from the truth
+    gpu: GpuModel = H100_SXM  # a mixed fleet's hosts carry their part's
 
     @property
     def description(self) -> str:
@@ -273,9 +293,91 @@ MIXED = WorkloadScenario(
     tolerance=0.05,
 )
 
+# The two parts of MIXED_MODELS (building blocks, not scenarios of their own).
+H100_TRAINING = WorkloadScenario(
+    name="h100-training",
+    title="8 H100 SXM training around the clock at ~70 % SM activity",
+    truth=GroundTruth(
+        runtime_util=1.0,
+        real_util=0.70,
+        branch="hybrid",
+        situation="A team's eight H100s, requeued within minutes of each run ending, their SMs about 70 % busy.",
+    ),
+    default_gpus=8,
+    batch=BatchProfile(
+        lane_widths=((8, 1.0),),
+        starts_per_day=400.0,
+        night_factor=1.0,
+        weekend_factor=1.0,
+        durations=((1.0, 3 * DAY_S, 0.4),),
+        max_duration_s=10 * DAY_S,
+        interactive_share=0.0,
+        debug_batch=(0.0, 0.03),
+        debug_interactive=(0.0, 0.0),
+        sm_batch=(0.68, 0.74),
+        sm_interactive=(0.68, 0.74),
+        phase_mean_s=20 * 60,
+        setup_s=(120, 600),
+        mem_gib=(60, 79),
+        users=2,
+        commands=("torchrun --nproc-per-node 8 train.py --config configs/llm-7b.yaml",),
+        two_process_share=0.0,
+    ),
+    tolerance=0.02,
+)
+
+T4_INFERENCE = WorkloadScenario(
+    name="t4-inference",
+    title="32 T4 serving batch inference ~15 % of the hours at ~30 % SM activity",
+    truth=GroundTruth(
+        runtime_util=0.15,
+        real_util=0.045,
+        branch="cloud",
+        situation="Inference boxes of T4s that a nightly and an ad-hoc batch job each hold for an hour or two.",
+    ),
+    default_gpus=32,
+    batch=BatchProfile(
+        lane_widths=((1, 1.0),),
+        starts_per_day=2.0,  # per free GPU: held 2 h x 2 / (1 + 2 h x 2 / day) of the time, ~15 %
+        night_factor=1.0,
+        weekend_factor=1.0,
+        durations=((1.0, 2 * 3600, 0.3),),
+        max_duration_s=8 * 3600,
+        interactive_share=0.0,
+        debug_batch=(0.0, 0.02),
+        debug_interactive=(0.0, 0.0),
+        sm_batch=(0.27, 0.33),
+        sm_interactive=(0.27, 0.33),
+        phase_mean_s=20 * 60,
+        setup_s=(30, 120),
+        mem_gib=(4, 14),
+        users=4,
+        commands=("tritonserver --model-repository /models/bert-large", "python batch_infer.py --model resnet50"),
+        two_process_share=0.0,
+    ),
+    tolerance=0.03,
+    gpu=T4,
+)
+
+MIXED_MODELS = WorkloadScenario(
+    name="mixed-models",
+    title="Two GPU models: 8 H100 training around the clock beside 32 T4 mostly idle",
+    truth=GroundTruth(
+        runtime_util=0.32,  # (8 x 1.0 + 32 x 0.15) / 40
+        real_util=0.176,  # (8 x 0.70 + 32 x 0.045) / 40
+        branch="cloud",
+        situation="A fleet of two models priced as one is priced wrong: the eight busy H100s are worth owning, "
+        "the 32 T4s held 15 % of the hours are not; one fleet-wide figure hides both.",
+    ),
+    default_gpus=40,
+    parts=(("h100-training", 0.2), ("t4-inference", 0.8)),
+    tolerance=0.03,
+)
+
 SCENARIOS: dict[str, WorkloadScenario] = {
-    s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED)
+    s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED, MIXED_MODELS)
 }
+_PARTS: dict[str, WorkloadScenario] = {s.name: s for s in (H100_TRAINING, T4_INFERENCE)}
 
 
 def get_scenario(name: str) -> WorkloadScenario:
@@ -283,6 +385,28 @@ def get_scenario(name: str) -> WorkloadScenario:
         return SCENARIOS[name]
     except KeyError:
         raise GpuauditError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+
+
+def part(name: str) -> WorkloadScenario:
+    """A part of a mixed scenario: a scenario, or one of the building blocks that exist only as parts."""
+    return _PARTS[name] if name in _PARTS else get_scenario(name)
+
+
+def model_truth(sc: WorkloadScenario) -> dict[str, dict[str, float]]:
+    """The documented runtime and real utilization per GPU model (by NVML name): a one-model fleet's is the
+    scenario's; a mixed one's is its parts', weighted by their share of the hosts."""
+    if not sc.parts:
+        return {sc.gpu.name: {"runtime_util": sc.truth.runtime_util, "real_util": sc.truth.real_util}}
+    acc: dict[str, list[float]] = {}
+    for name, share in sc.parts:
+        p = part(name)
+        a = acc.setdefault(p.gpu.name, [0.0, 0.0, 0.0])
+        a[0] += share
+        a[1] += share * p.truth.runtime_util
+        a[2] += share * p.truth.real_util
+    if len(acc) == 1:
+        return {name: {"runtime_util": sc.truth.runtime_util, "real_util": sc.truth.real_util} for name in acc}
+    return {name: {"runtime_util": round(r / w, 6), "real_util": round(u / w, 6)} for name, (w, r, u) in acc.items()}
 
 
 # ------------------------------------------------------------------------------------------ fleet identity

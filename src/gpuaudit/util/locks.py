@@ -3,7 +3,7 @@ or by waiting. The kernel drops an flock when its holder exits, however it exits
 to clean up; the lock file itself stays (removing it would let two holders lock two different files).
 
 Who locks what: the agent (one per data directory and host, agent/instance.py), `push` (one per target,
-push/run.py), compaction and imports (store/compact.py), readers and publishing writers (store/readers.py)."""
+push/manifest.py), compaction and imports (store/compact.py), readers and publishing writers (store/readers.py)."""
 
 from __future__ import annotations
 

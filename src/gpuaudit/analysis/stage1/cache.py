@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.util import atomic, paths
 
 log = logging.getLogger("gpuaudit.analysis")
@@ -60,11 +61,11 @@ def cache_dir(root: Path | str) -> Path:
 
 
 def code_digest() -> str:
-    """The stage-1 code's identity: its SQL, its modules, the reader's contract, CACHE_VERSION."""
+    """The stage-1 code's identity: its SQL, every module of this package (read as files: the pass that reads
+    this cache is one of them), the reader's contract, CACHE_VERSION."""
     from importlib import resources
 
     from gpuaudit import schema
-    from gpuaudit.analysis.stage1 import rollup, slots, streams
     from gpuaudit.store import conformance, reader
 
     h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
@@ -72,7 +73,9 @@ def code_digest() -> str:
     for item in sorted(sql.iterdir(), key=lambda p: p.name):
         if item.name.startswith("analysis_") and item.name.endswith(".sql"):
             h.update(item.name.encode() + b"\0" + item.read_bytes())
-    for module in (rollup, streams, slots, conformance, reader, schema, sys.modules[__name__]):
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for module in (conformance, reader, schema):
         h.update(Path(module.__file__ or "").read_bytes())
     return h.hexdigest()
 
@@ -153,10 +156,8 @@ def key_of(ids: list[list[Any]], code: str) -> str:
     return hashlib.sha256(json.dumps([code, ids], separators=(",", ":")).encode()).hexdigest()[:32]
 
 
-def load(directory: Path, key: str) -> Any | None:
+def load(directory: Path, key: str) -> Rollups | None:
     """The Rollups of entry `key`, or None when there is none (or it cannot be read: a miss, never an error)."""
-    from gpuaudit.analysis.stage1.rollup import Rollups
-
     path = directory / f"{key}{SUFFIX}"
     try:
         with zipfile.ZipFile(path) as z:
@@ -179,12 +180,12 @@ def load(directory: Path, key: str) -> Any | None:
     return roll
 
 
-def cacheable(roll: Any) -> bool:
+def cacheable(roll: Rollups) -> bool:
     """Whether `roll` stays what a cold run gives as time passes: no row was left out for its timestamp."""
     return not any(_TIME_RULE in r for r in roll.rejected_rows)
 
 
-def store(directory: Path, key: str, roll: Any, read: list[list[Any]] | None = None, code: str = "",
+def store(directory: Path, key: str, roll: Rollups, read: list[list[Any]] | None = None, code: str = "",
           span: list[float | None] | None = None) -> bool:
     """Publish `roll` as entry `key` (atomically); False, with a note on stderr, where it cannot be written.
     `read`: the identities of the files stage 1 read (what a later, bigger snapshot may build on); `code`: the
@@ -236,7 +237,7 @@ class Lookup:
     directory: Path
     code: str
     key: str
-    hit: Any | None = None
+    hit: Rollups | None = None
 
 
 def lookup(root: Path | str) -> Lookup:
@@ -250,7 +251,7 @@ def lookup(root: Path | str) -> Lookup:
 class Base:
     """An entry a bigger snapshot can build on: its rollups and the identities of the files it read."""
 
-    roll: Any
+    roll: Rollups
     read: frozenset[tuple[Any, ...]]
     span: list[float | None]
 
@@ -307,8 +308,8 @@ def _maybe_elastic(gpu_hours: pl.DataFrame, span: list[float | None]) -> bool:
     return hit.height > 0
 
 
-def merge(old: Any, add: Any, old_span: list[float | None] | None = None,
-          add_span: list[float | None] | None = None) -> Any | None:
+def merge(old: Rollups, add: Rollups, old_span: list[float | None] | None = None,
+          add_span: list[float | None] | None = None) -> Rollups | None:
     """The rollups of old's files and add's together, where de-duplication allows: no GPU-hour in both
     (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held, in either or
     in both together (judged over the whole trial: `*_span`, each part's streams' first start and last end),

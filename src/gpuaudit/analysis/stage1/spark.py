@@ -24,7 +24,8 @@ from typing import Any
 import polars as pl
 
 from gpuaudit import schema, store
-from gpuaudit.analysis.stage1.rollup import Rollups, rollups_from
+from gpuaudit.analysis.stage1.frames import Rollups
+from gpuaudit.analysis.stage1.rollup import rollups_from
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, readers
 from gpuaudit.util import paths

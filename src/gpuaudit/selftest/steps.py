@@ -1,7 +1,8 @@
 """`gpuaudit selftest`: prove on this GPU that what the agent records is right.
 
-A calibrated load (gpuaudit.agent.cudaload: k blocks, one per SM, busy d of every period) makes the GPU's SM
-activity (k / SMs) x d and its duty cycle d by construction, while the agent's own sampler reads NVML at 1 s.
+A calibrated load (kernel.py, in a process of its own: load.py; k blocks, one per SM, busy d of every period)
+makes the GPU's SM activity (k / SMs) x d and its duty cycle d by construction, while the agent's own sampler
+reads NVML at 1 s.
 Each step of the schedule (k = all SMs, half, one; d = 1, 0.5, 0.25) compares what the sampler measured with
 what the load made, and checks that the agent attributed the load's process (pid, user, cgroup). The run
 passes when every step does.
@@ -72,7 +73,7 @@ class SelftestConfig:
 
 
 class Load(Protocol):
-    """The load's process as the selftest drives it (cudaload.LoadProcess or its simulation)."""
+    """The load's process as the selftest drives it (load.LoadProcess or its simulation)."""
 
     info: dict[str, Any]
 
@@ -235,7 +236,7 @@ class _Run:
         unit = next((u for u in migs if u.mig_instance == cfg.mig_instance), None)
         if unit is None:
             raise GpuauditError(f"{what} has no MIG instance gi{cfg.mig_instance}; it has {listed}")
-        mig_uuid = nv.query("nvmlDeviceGetUUID", unit.handle)
+        mig_uuid = nv.mig_uuid(unit.handle)
         if not mig_uuid or not str(mig_uuid).startswith("MIG-"):
             raise GpuauditError(f"{what}: NVML gives no MIG UUID for gi{cfg.mig_instance} (driver older than R470?), "
                                 "so the load cannot be placed inside it")
@@ -454,7 +455,7 @@ def render(report: dict[str, Any]) -> str:
 
 def real_environment(host: str) -> Environment:
     """The real GPU: NVML through the seam, the load through libcuda in its own process."""
-    from gpuaudit.agent.cudaload import LoadProcess
+    from gpuaudit.selftest.load import LoadProcess
 
     def start(t: Target, c: SelftestConfig) -> Load:
         return LoadProcess(c.backend, cuda_device=t.cuda_device, period_s=c.period_s)
