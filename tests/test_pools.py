@@ -275,3 +275,22 @@ def test_chargeback_prices_idle_hours_at_each_models_own_price(tmp_path: Path) -
     assert by_user["tom"]["idle_usd"] == pytest.approx(hours * flexible["t4"])
     assert by_user["hana"]["idle_usd"] == pytest.approx(hours * flexible["h100-sxm-80gb"])
     assert flexible["t4"] < flexible["h100-sxm-80gb"] / 10
+
+
+def test_the_mixed_model_simulation_is_measured_per_model_at_its_truth(tmp_path: Path) -> None:
+    """`simulate --scenario mixed-models` writes its truth per model: each pool's held and real utilization
+    equal it (allocations and all), and each pool is priced at its own model's list price."""
+    from gpuaudit.sim import bulk
+    from gpuaudit.store import read_json
+
+    bulk.simulate(tmp_path, "mixed-models", None, 7, 900, seed=1, start=dt.datetime(2026, 9, 7, tzinfo=dt.UTC))
+    truth = read_json(tmp_path, "simulation.json")["models"]
+    r = analyze(tmp_path, load_config(_no_overheads(tmp_path)))
+    pools = {p.gpu_name: p for p in r.pools}
+    assert set(pools) == set(truth)
+    for name, t in truth.items():
+        assert pools[name].gpus == t["gpus"]
+        assert pools[name].held_utilization == pytest.approx(t["runtime_util"], abs=1e-6)
+        assert pools[name].real_utilization == pytest.approx(t["real_util"], abs=1e-6)
+    assert pools["Tesla T4"].usd_per_gpu_hour == pytest.approx(0.526)
+    assert pools["NVIDIA H100 80GB HBM3"].owned_gpus == 8
