@@ -186,10 +186,10 @@ def _section(figures: list[dict[str, Any]], elapsed: float) -> str:
     return f"## cache\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
 
 
-def splice(results: Path, section: str) -> None:
-    """Put `section` into RESULTS.md in place of an earlier `## cache` section (else before the GPU check)."""
+def splice(results: Path, section: str, name: str = "cache") -> None:
+    """Put `section` into RESULTS.md in place of an earlier `## <name>` section (else before the GPU check)."""
     text = results.read_text(encoding="utf-8")
-    m = re.search(r"^## cache\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
+    m = re.search(rf"^## {re.escape(name)}\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
     if m:
         text = text[:m.start()] + section + "\n" + text[m.end():]
     else:

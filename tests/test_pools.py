@@ -190,6 +190,9 @@ def test_a_single_model_fleet_has_one_pool_with_the_fleets_figures(tmp_path: Pat
     assert d["pools"][0]["scenarios"] == d["costs"]["scenarios"]
     assert d["fleet_fixed_usd"] == {}
     assert d["pools"][0]["recommendation"] == d["decision"]["recommended_scenario"]
+    ci = d["confidence"]["real_utilization"]
+    assert (d["pools"][0]["real_low"], d["pools"][0]["real_high"]) == (ci["low"], ci["high"])
+    assert ci["low"] is not None
 
 
 def test_a_single_t4_fleet_is_priced_as_t4s(tmp_path: Path, mixed: tuple[Path, Path]) -> None:

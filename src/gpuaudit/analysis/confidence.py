@@ -57,6 +57,20 @@ def _interval(point: float, draws: np.ndarray, level: float) -> Interval:
     return Interval(point, lo, hi)
 
 
+def real_interval(days: pl.DataFrame, resamples: int, seed: int, level: float, min_days: int = 0) -> Interval:
+    """The day-resample interval of real utilization alone (S / W over the days drawn), as `bootstrap` draws
+    it; no bounds (None) without resamples or with fewer days than `min_days`."""
+    w = days["observed_s"].to_numpy().astype(float)
+    s = days["real_s"].fill_null(0).to_numpy().astype(float)
+    point = float(s.sum() / w.sum()) if w.sum() > 0 else 0.0
+    if resamples == 0 or len(w) == 0 or len(w) < min_days:
+        return Interval(point, None, None)
+    idx = resample_index(len(w), resamples, seed)
+    ws = w[idx].sum(axis=1)
+    ws[ws <= 0] = np.nan
+    return _interval(point, s[idx].sum(axis=1) / ws, level)
+
+
 @dataclass(frozen=True)
 class CostSample:
     """Scenario totals per resample (from scenarios.cost_draws, drawn with the same `resample_index`)."""

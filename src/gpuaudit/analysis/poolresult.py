@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from gpuaudit.analysis.confidence import bootstrap
+from gpuaudit.analysis.confidence import real_interval
 from gpuaudit.analysis.decision import branch_for
 from gpuaudit.analysis.measure import Measure
 from gpuaudit.analysis.pools import Composed, Part, Pricing, action, price_note
@@ -28,15 +28,14 @@ def pool_results(pr: Pricing, parts: Sequence[Part], measures: Sequence[Measure]
         chosen = next(s for s in b.scenarios if s.id == plan)
         t = me.totals
         real = t.s / t.w if t.w > 0 else 0.0
-        conf = bootstrap(days[i], inputs, a.bootstrap_resamples if days[i].height >= a.bootstrap_min_days else 0,
-                         a.bootstrap_seed, a.confidence_level, None, a.bootstrap_min_days) if days[i].height else None
+        ci = real_interval(days[i], a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
+                           a.bootstrap_min_days) if days[i].height else None
         u = b.break_even.held
         out.append(Pool(
             model=part.spec.key, gpu_name=part.spec.gpu_name, gpus=part.spec.gpus,
             observed_gpu_hours=t.w, held_gpu_hours=t.r, real_gpu_hours=t.s,
             held_utilization=t.r / t.w if t.w > 0 else 0.0, real_utilization=real,
-            real_low=conf.real_utilization.low if conf is not None else None,
-            real_high=conf.real_utilization.high if conf is not None else None,
+            real_low=ci.low if ci is not None else None, real_high=ci.high if ci is not None else None,
             real_is_upper_bound=me.utilization.real_is_upper_bound,
             branch=str(branch_for(real, inputs)),
             scenarios=b.scenarios, cheapest=b.cheapest, recommendation=plan,
