@@ -13,6 +13,7 @@ import numpy as np
 from gpuaudit.analysis import costs
 from gpuaudit.analysis import plans as pl
 from gpuaudit.analysis.breakeven import BreakEvenCalc, break_even
+from gpuaudit.analysis.cloudmix import priced_mix
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
 from gpuaudit.analysis.hybrid import Sizing
@@ -66,7 +67,10 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         floors = {sid: ctx.floor if b.floor is None else b.floor for sid, b in built.items()}
         out = [dataclasses.replace(s, allowed=pl.allowed(m, s, floors[s.id])) for s in out]
     out = _with_cash(cfg, tl, out, fl, payback_against(m.current, out))
-    out = [dataclasses.replace(s, reserved_gpus=float(built[s.id].reserved_gpus)) for s in out]
+    hours = costs.HOURS_PER_MONTH * tl.months
+    out = [dataclasses.replace(s, reserved_gpus=float(built[s.id].reserved_gpus),
+                               priced_mix=priced_mix(prices, cfg.cloud, built[s.id].reserved_gpus * hours,
+                                                     s.cloud_gpu_hours)) for s in out]
     hyb = built["hybrid"]
     assert hyb.sizing is not None
     plan = Plan(built["all-cloud"].reserved_gpus, built["stay-as-is"].reserved_gpus,

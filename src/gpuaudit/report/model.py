@@ -67,6 +67,7 @@ class Verdict:
     reevaluate_on: str  # ISO date
     figures: tuple[KeyFigure, ...] = ()
     cost_note: str = ""  # set when the cost model's cheapest scenario differs from the rule's branch
+    decides: tuple[str, ...] = ()  # what decides this: each input that flips the answer, and staff on its own line
 
 
 @dataclass(frozen=True)

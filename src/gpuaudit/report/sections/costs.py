@@ -32,7 +32,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             rows.append(
                 (
                     s.label + marker,
-                    s.description,
+                    s.description + (f" Its cloud GPU-hours are {s.priced_mix.text}." if s.priced_mix else ""),
                     f"{s.owned_gpus:,}",
                     fmt.hours(s.cloud_gpu_hours),
                     fmt.money(s.monthly_usd),
