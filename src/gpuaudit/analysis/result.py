@@ -255,6 +255,7 @@ class TornadoColumns(ColumnNames):
     BREAK_EVEN_LOW: ClassVar[str] = "break_even_low"
     BREAK_EVEN_HIGH: ClassVar[str] = "break_even_high"
     CHANGES_CHEAPEST: ClassVar[str] = "changes_cheapest"
+    LIMIT: ClassVar[str] = "limit"  # why a moved value is not the configured one × (1 ± fraction); "" when it is
 
 
 class GrowthColumns(ColumnNames):
@@ -594,6 +595,10 @@ class CostScenario:
     capex_usd: float = 0.0
     payback_months: float | None = None
     priced_mix: PricedMix | None = None  # how its cloud GPU-hours were priced (None: it rents nothing)
+    # The owned GPUs it sells now and the cash they bring back in month 0 (today's resale value): part of year
+    # 1's cash, not a cost
+    sold_gpus: int = 0
+    sale_usd: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -154,8 +154,10 @@ def _with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], fl: Fle
     for s in out:
         flows, capex, plain = cash[s.id]
         payback = _payback(plain, rent[2]) if rent is not None and s.components.get("hardware", 0.0) > 0 else None
+        sale = owned_value - s.components.get("owned_value_kept", 0.0)  # as _cash receives it in month 0
         done.append(dataclasses.replace(s, cash_usd_by_month=tuple(float(x) for x in flows), capex_usd=capex,
-                                        payback_months=payback))
+                                        payback_months=payback, sold_gpus=fl.existing - min(s.owned_gpus, fl.existing),
+                                        sale_usd=float(sale) if sale > 1e-6 else 0.0))
     return done
 
 
