@@ -71,6 +71,16 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class LinkedFile:
+    """A file written next to the report (the `report --by` breakdowns): what it holds, its totals, and the
+    relative paths of its formats ((label, path) pairs: ("CSV", "chargeback-user.csv"), ...)."""
+
+    title: str
+    totals: str
+    links: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class Report:
     title: str
     subtitle: str  # fleet and trial window
@@ -80,6 +90,7 @@ class Report:
     version: str
     schema_version: int
     json_name: str = "report.json"
+    files: tuple[LinkedFile, ...] = ()  # the breakdown files written beside it (report --by)
     extra: dict[str, str] = field(default_factory=dict)
 
     def charts(self) -> list[Chart]:
