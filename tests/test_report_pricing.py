@@ -119,6 +119,13 @@ def test_every_input_that_flips_the_answer_is_named_in_full() -> None:
         assert f"{row['parameter']} ({row['key']})" in reason
     verdict = build_report(r, version="t").verdict
     assert reason in verdict.confidence
+    # "What decides this" gives each of them its own line (staff on the staff line), a capped end said as such
+    for row in flips:
+        if row["key"].startswith("on_prem.staff"):
+            continue
+        line = next(x for x in verdict.decides if x.startswith(f"{row['parameter']} ({row['key']})"))
+        assert ("capped" in line) == bool(row["limit"]), line
+    assert sum(x.startswith("Staff:") for x in verdict.decides) == 1
 
 
 def _comment_above(key: str, text: str) -> str:

@@ -188,6 +188,7 @@ def _decides(r: AnalysisResult) -> tuple[str, ...]:
             f"{row[tc.PARAMETER]} ({row[tc.KEY]}), {_value(row.get(tc.BASE_VALUE))}: at "
             f"{_value(row.get(tc.LOW_VALUE))} (−{frac}) the cheapest plan is {plan(row.get(tc.CHEAPEST_LOW))}, at "
             f"{_value(row.get(tc.HIGH_VALUE))} (+{frac}) {plan(row.get(tc.CHEAPEST_HIGH))}"
+            + (f" ({row[tc.LIMIT]})" if row.get(tc.LIMIT) else "")
         )
     staff_flips = any(row.get(tc.CHANGES_CHEAPEST) for row in s.tornado.rows if row.get(tc.KEY) in _STAFF_KEYS)
     if not lines:
