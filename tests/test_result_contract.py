@@ -46,7 +46,7 @@ DOCUMENTED: dict[str, list[str]] = {
                             "low_diff_usd", "high_diff_usd", "plan", "base_plan_usd", "low_plan_usd",
                             "high_plan_usd", "base_margin_usd", "low_margin_usd", "high_margin_usd",  # issue 17
                             "swing_usd", "cheapest_low", "cheapest_high",
-                            "break_even_low", "break_even_high", "changes_cheapest"],
+                            "break_even_low", "break_even_high", "changes_cheapest", "limit"],
     "sensitivity.growth": ["growth_per_year", "demand_factor", "stay_as_is_usd", "all_cloud_usd", "all_on_prem_usd",
                            "hybrid_usd", "cheapest", "hybrid_gpus"],
 }

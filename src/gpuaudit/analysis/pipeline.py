@@ -138,7 +138,7 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
                        growth=growth_table(cfg, build, a.growth_rates))
     evidence = Evidence(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
-        sensitivity_flips=tuple(r[TornadoColumns.PARAMETER] for r in tornado_table.rows
+        sensitivity_flips=tuple(f"{r[TornadoColumns.PARAMETER]} ({r[TornadoColumns.KEY]})" for r in tornado_table.rows
                                 if r[TornadoColumns.CHANGES_CHEAPEST]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
         upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),

@@ -24,6 +24,7 @@ import polars as pl
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.breakeven import BreakEvenCalc
+from gpuaudit.analysis.cloudmix import combined
 from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
 from gpuaudit.analysis.result import CostScenario, Figure
@@ -313,6 +314,7 @@ def _combine(cfg: Config, tl: costs.Timeline, sid: str, label: str, chosen: Sequ
         components=parts, monthly_usd=total / tl.months if tl.months else 0.0,
         what_if=any(s.what_if for s in chosen), allowed=all(s.allowed for s in chosen),
         reserved_gpus=float(sum(s.reserved_gpus for s in chosen)),
+        priced_mix=combined([(s.priced_mix, s.cloud_gpu_hours) for s in chosen]),
     )
 
 
@@ -397,7 +399,10 @@ def compose(cfg: Config, parts: Sequence[Part], m_fleet: Measured, growth: float
         out.append(_combine(cfg, tl, s.id, label, chosen, keys, existing, fo, fr))
     owned_value = float(sum(e * p.cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(p.cfg, fl.age_years)
                             for e, p in zip(existing, parts, strict=True)))
-    out = with_cash(cfg, tl, out, owned_value, payback_against(m_fleet.current, out))
+    out = with_cash(cfg, tl, out, owned_value, fl.existing, payback_against(m_fleet.current, out))
+    # a plan sells what each pool gives up (one pool may buy while another sells)
+    out = [dataclasses.replace(s, sold_gpus=sum(by_id[i][sid].sold_gpus for i, sid in enumerate(picks[s.id])))
+           for s in out]
     f = tl.mean_growth(growth) if growth else 1.0
     held, ok = fleet_series(m_fleet, fleet(cfg.replace("on_prem", owned_gpus=fl.existing), m_fleet),
                             m_fleet.held, m_fleet.elastic_held)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuaudit.analysis.cloudmix import spot_caveat
 from gpuaudit.analysis.decision import Rule
 from gpuaudit.analysis.result import (
     Branch,
@@ -68,7 +69,7 @@ class Evidence:
 
     confidence: Confidence
     coverage: float
-    sensitivity_flips: Sequence[str]  # inputs whose ± change moves the cheapest scenario
+    sensitivity_flips: Sequence[str]  # inputs whose ± change moves the cheapest scenario: label (config key)
     sensitivity_fraction: float
     real_low: float
     real_high: float
@@ -163,6 +164,9 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     if share > 0:
         caveats.append(("all work is" if share >= 1 else f"{fmt.share(share)} of demand is") + " latency-sensitive: it "
                        "stays on owned GPUs, and plans that would rent it are not allowed")
+    spot = spot_caveat(best.label.lower(), best.priced_mix)
+    if spot:
+        caveats.append(spot)
     if trial.provisional:
         caveats.append(f"provisional: the trial covers {fmt.span(trial.days)} (< 90); re-run on a longer trial")
     if ev.upper_bound:
@@ -306,7 +310,8 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
     if trial.provisional:
         cap(1, f"the trial covers {fmt.span(trial.days)}, fewer than 90")
     if ev.sensitivity_flips:
-        shown = ", ".join(ev.sensitivity_flips[:3]) + (" …" if len(ev.sensitivity_flips) > 3 else "")
+        flips = ev.sensitivity_flips
+        shown = flips[0] if len(flips) == 1 else "any one of " + ", ".join(flips[:-1]) + " or " + flips[-1]
         cap(1, f"±{ev.sensitivity_fraction:.0%} on {shown} changes the cheapest scenario")
     if ev.growth_flip is not None:
         g, other = ev.growth_flip

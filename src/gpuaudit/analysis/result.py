@@ -255,6 +255,7 @@ class TornadoColumns(ColumnNames):
     BREAK_EVEN_LOW: ClassVar[str] = "break_even_low"
     BREAK_EVEN_HIGH: ClassVar[str] = "break_even_high"
     CHANGES_CHEAPEST: ClassVar[str] = "changes_cheapest"
+    LIMIT: ClassVar[str] = "limit"  # why a moved value is not the configured one × (1 ± fraction); "" when it is
 
 
 class GrowthColumns(ColumnNames):
@@ -535,6 +536,32 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class PricedMix:
+    """How a plan's cloud GPU-hours were actually priced (analysis.cloudmix).
+
+    reserved_share / spot_share / capacity_block_share / on_demand_share: shares of the plan's cloud GPU-hours
+      (summing to 1) bought reserved 24/7, on spot, in capacity blocks and on demand. Not cloud.spot_share and
+      cloud.reserved_share: a plan reserves only what is cheaper reserved (none when a reserved hour costs more
+      than a flexible one), and the configured shares of what is not reserved price the rest.
+    usd_per_gpu_hour: the effective price of one of its cloud GPU-hours (spot inflated by the work redone after
+      interruptions); on_demand_usd_per_gpu_hour: the list price it derives from.
+    spot_interruptions_per_hour / spot_lost_hours_per_interruption: what its spot hours assume.
+    text: the sentence the report and the summaries print ("priced as 100 % spot at $3.17/GPU-h; on demand
+      $6.88/GPU-h").
+    """
+
+    reserved_share: float
+    spot_share: float
+    capacity_block_share: float
+    on_demand_share: float
+    usd_per_gpu_hour: float
+    on_demand_usd_per_gpu_hour: float
+    spot_interruptions_per_hour: float
+    spot_lost_hours_per_interruption: float
+    text: str
+
+
+@dataclass(frozen=True)
 class CostScenario:
     """One way to run the measured demand over the horizon.
 
@@ -567,6 +594,11 @@ class CostScenario:
     cash_usd_by_month: tuple[float, ...] = ()
     capex_usd: float = 0.0
     payback_months: float | None = None
+    priced_mix: PricedMix | None = None  # how its cloud GPU-hours were priced (None: it rents nothing)
+    # The owned GPUs it sells now and the cash they bring back in month 0 (today's resale value): part of year
+    # 1's cash, not a cost
+    sold_gpus: int = 0
+    sale_usd: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 from gpuaudit.analysis import costs
 from gpuaudit.analysis import plans as pl
 from gpuaudit.analysis.breakeven import BreakEvenCalc, break_even
+from gpuaudit.analysis.cloudmix import priced_mix
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
 from gpuaudit.analysis.hybrid import Sizing
@@ -66,8 +67,11 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
         floors = {sid: ctx.floor if b.floor is None else b.floor for sid, b in built.items()}
         out = [dataclasses.replace(s, allowed=pl.allowed(m, s, floors[s.id])) for s in out]
     owned_value = fl.existing * cfg.on_prem.hardware_usd_per_gpu * costs.resale_value(cfg, fl.age_years)
-    out = with_cash(cfg, tl, out, owned_value, payback_against(m.current, out))
-    out = [dataclasses.replace(s, reserved_gpus=float(built[s.id].reserved_gpus)) for s in out]
+    out = with_cash(cfg, tl, out, owned_value, fl.existing, payback_against(m.current, out))
+    hours = costs.HOURS_PER_MONTH * tl.months
+    out = [dataclasses.replace(s, reserved_gpus=float(built[s.id].reserved_gpus),
+                               priced_mix=priced_mix(prices, cfg.cloud, built[s.id].reserved_gpus * hours,
+                                                     s.cloud_gpu_hours)) for s in out]
     hyb = built["hybrid"]
     assert hyb.sizing is not None
     plan = Plan(built["all-cloud"].reserved_gpus, built["stay-as-is"].reserved_gpus,
@@ -142,18 +146,20 @@ def payback_against(current: Deployment, scenarios: list[CostScenario] | tuple[C
     return "all-cloud" if any(s.id == "all-cloud" and s.allowed for s in scenarios) else ""
 
 
-def with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], owned_value: float, against: str
-              ) -> list[CostScenario]:
+def with_cash(cfg: Config, tl: costs.Timeline, out: list[CostScenario], owned_value: float, existing: int,
+              against: str) -> list[CostScenario]:
     """The scenarios with their cash by month, capex and payback against the plan `against` ("" for none);
-    `owned_value`: what the GPUs owned today would sell for now."""
+    `owned_value`: what the `existing` GPUs owned today would sell for now."""
     cash = {s.id: _cash(cfg, tl, s, owned_value) for s in out}
     rent = cash.get(against) if against else None
     done = []
     for s in out:
         flows, capex, plain = cash[s.id]
         payback = _payback(plain, rent[2]) if rent is not None and s.components.get("hardware", 0.0) > 0 else None
+        sale = owned_value - s.components.get("owned_value_kept", 0.0)  # as _cash receives it in month 0
         done.append(dataclasses.replace(s, cash_usd_by_month=tuple(float(x) for x in flows), capex_usd=capex,
-                                        payback_months=payback))
+                                        payback_months=payback, sold_gpus=existing - min(s.owned_gpus, existing),
+                                        sale_usd=float(sale) if sale > 1e-6 else 0.0))
     return done
 
 

@@ -52,11 +52,20 @@ def cloud_minus_own(block: CostBlock) -> float:
     return total_of(block, "all-cloud") - float(best_owning(block).total.value or 0.0)
 
 
-def _moved(cfg: Config, section: str, key: str, value: float, lo: float, hi: float) -> tuple[Config, float]:
+def _moved(cfg: Config, section: str, key: str, value: float, lo: float, hi: float) -> tuple[Config, float, str]:
+    """The config with `key` moved to `value` (clamped), the value used, and why it differs from `value` ("" when
+    it does not)."""
+    why = ""
+    if not lo <= value <= hi:
+        why = f"clamped to the accepted range {lo:g}-{hi:g}"
     value = min(max(value, lo), hi)
     if section == "cloud" and key == "spot_share":  # the shares must still add up to at most 1
-        value = min(value, 1.0 - cfg.cloud.reserved_share - cfg.cloud.capacity_block_share)
-    return cfg.replace(section, **{key: value}), value
+        c = cfg.cloud
+        room = 1.0 - c.reserved_share - c.capacity_block_share
+        if value > room:
+            value, why = room, (f"capped at {room:g}: the spot, reserved ({c.reserved_share:g}) and capacity-block "
+                                f"({c.capacity_block_share:g}) shares add up to at most 1")
+    return cfg.replace(section, **{key: value}), value, why
 
 
 def _within(u: float | None) -> float | None:
@@ -108,9 +117,12 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
         if value == 0:
             continue  # a share of nothing moves nothing
         ends: dict[str, tuple[CostBlock, float]] = {}
+        limits = []
         for side, mult in (("low", 1 - fraction), ("high", 1 + fraction)):
-            moved, used = _moved(cfg, section, key, value * mult, lo, hi)
+            moved, used, why = _moved(cfg, section, key, value * mult, lo, hi)
             ends[side] = (build(moved, 0.0), used)
+            if why:
+                limits.append(f"{side} {why}")
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
         lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
         (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
@@ -126,6 +138,7 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
             T.CHEAPEST_LOW: lb.cheapest, T.CHEAPEST_HIGH: hb.cheapest,
             T.BREAK_EVEN_LOW: _within(lb.break_even.held), T.BREAK_EVEN_HIGH: _within(hb.break_even.held),
             T.CHANGES_CHEAPEST: lb.cheapest != base.cheapest or hb.cheapest != base.cheapest,
+            T.LIMIT: "; ".join(limits),
         })
     rows.sort(key=lambda r: (-r[T.SWING_USD], r[T.PARAMETER]))
     pct = f"{fraction:.0%}"
@@ -151,6 +164,7 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
         TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),
         TableColumn(T.BREAK_EVEN_HIGH, "fraction", "break-even held-hour utilization, this input high (empty: never)"),
         TableColumn(T.CHANGES_CHEAPEST, "", "the cheapest scenario changes at either end"),
+        TableColumn(T.LIMIT, "", f"why a moved value is not the configured value × (1 ± {fraction:g}) (empty: it is)"),
     )
     return Table("tornado", f"Each input ±{pct} on its own: the recommended plan's cost and its margin over the "
                  "runner-up (positive: it stays the cheapest), and all-cloud − the cheapest owning plan (positive: "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.confidence import no_interval_reason
-from gpuaudit.analysis.result import AnalysisResult
+from gpuaudit.analysis.result import AnalysisResult, CostScenario
 from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
 
@@ -69,6 +69,11 @@ def _pool_lines(r: AnalysisResult) -> list[str]:
     return out
 
 
+def _mix(s: CostScenario) -> str:
+    """The mix a plan's cloud GPU-hours are priced at, beside its total."""
+    return f"  (cloud GPU-hours {s.priced_mix.text})" if s.priced_mix else ""
+
+
 def summary(r: AnalysisResult) -> str:
     u, d, c, t = r.utilization, r.decision, r.costs, r.trial
     ub = " (upper bound)" if u.real_is_upper_bound else ""
@@ -105,10 +110,10 @@ def summary(r: AnalysisResult) -> str:
         f"${c.cloud_reserved_usd_per_gpu_hour.value:.2f} reserved; owned ${c.owned_usd_per_gpu_hour.value:.2f}/GPU-h "
         "marginal):",
         *(f"  {s.id:<22} {_usd(s.total.value):>14}{'  ← cheapest' if s.id == c.cheapest else ''}"
-          f"{'  (not allowed: rents)' if not s.allowed else ''}"
+          f"{'  (not allowed: rents)' if not s.allowed else ''}{_mix(s)}"
           for s in c.scenarios if not s.what_if),
         "  if behaviour changes (held hours × " f"{c.pack_factor:.2f}; never counted as cheapest):",
-        *(f"  {s.id:<22} {_usd(s.total.value):>14}" for s in c.scenarios if s.what_if),
+        *(f"  {s.id:<22} {_usd(s.total.value):>14}{_mix(s)}" for s in c.scenarios if s.what_if),
         f"all-cloud − cheapest owning: {_usd(ci.cost_difference_usd.point)} "
         + _ci(ci.cost_difference_usd.low, ci.cost_difference_usd.high, ci.level, _usd),
         f"break-even: {heads[hl.BILLED_HOUR].name.lower()} {heads[hl.BILLED_HOUR].text} against u* "

@@ -14,6 +14,7 @@ from gpuaudit.util.jsonio import json_text, plain
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult, Table
+    from gpuaudit.report.model import LinkedFile
 
 BY_KEYS = ("account", "user", "partition", "namespace")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that starts with these
@@ -73,3 +74,34 @@ def chargeback_files(result: AnalysisResult, out: Path, by: Iterable[str]) -> li
     files.append((out / "idle-jobs.csv", table_csv(charge.idle_jobs)))
     files.append((out / "idle-jobs.json", table_json(charge.idle_jobs, meta)))
     return files
+
+
+def _sum(table: Table, column: str) -> float:
+    return float(sum(row.get(column) or 0.0 for row in table.rows))
+
+
+def _totals(table: Table, what: str, usd_per_gpu_hour: float) -> str:
+    """A breakdown file's totals, as its rows sum: how many rows, GPU-hours allocated / held / idle, the idle cost."""
+    from gpuaudit.util import fmt
+
+    table.require("allocated_gpu_hours", "held_gpu_hours", "idle_gpu_hours", "idle_usd")
+    n = len(table.rows)
+    return (f"{n:,} {what}{'' if n == 1 else 's'}: {fmt.hours(_sum(table, 'allocated_gpu_hours'))} allocated, "
+            f"{fmt.hours(_sum(table, 'held_gpu_hours'))} held, {fmt.hours(_sum(table, 'idle_gpu_hours'))} idle, "
+            f"{fmt.money(_sum(table, 'idle_usd'), exact=True)} idle cost at ${usd_per_gpu_hour:,.2f}/GPU-h")
+
+
+def chargeback_links(result: AnalysisResult, by: Iterable[str]) -> tuple[LinkedFile, ...]:
+    """The files `chargeback_files` writes for `by`, as the report lists and links them, with their totals."""
+    from gpuaudit.report.model import LinkedFile
+
+    keys = list(by)
+    charge = result.chargeback
+    if not keys or charge is None:
+        return ()
+    rate = charge.usd_per_gpu_hour
+    out = [LinkedFile(f"Chargeback by {key}", _totals(charge.by(key), key, rate),
+                      (("CSV", f"chargeback-{key}.csv"), ("JSON", f"chargeback-{key}.json"))) for key in keys]
+    out.append(LinkedFile("Idle jobs", _totals(charge.idle_jobs, "job", rate),
+                          (("CSV", "idle-jobs.csv"), ("JSON", "idle-jobs.json"))))
+    return tuple(out)

@@ -67,6 +67,17 @@ class Verdict:
     reevaluate_on: str  # ISO date
     figures: tuple[KeyFigure, ...] = ()
     cost_note: str = ""  # set when the cost model's cheapest scenario differs from the rule's branch
+    decides: tuple[str, ...] = ()  # what decides this: each input that flips the answer, and staff on its own line
+
+
+@dataclass(frozen=True)
+class LinkedFile:
+    """A file written next to the report (the `report --by` breakdowns): what it holds, its totals, and the
+    relative paths of its formats ((label, path) pairs: ("CSV", "chargeback-user.csv"), ...)."""
+
+    title: str
+    totals: str
+    links: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,7 @@ class Report:
     version: str
     schema_version: int
     json_name: str = "report.json"
+    files: tuple[LinkedFile, ...] = ()  # the breakdown files written beside it (report --by)
     extra: dict[str, str] = field(default_factory=dict)
 
     def charts(self) -> list[Chart]:

@@ -51,6 +51,9 @@ def print_summary(result: AnalysisResult, written: WrittenReport, *, console: Co
         mark = " ◀" if s.id == result.costs.cheapest else " (plan)" if s.what_if else "" if s.allowed else " (rents)"
         costs.add_row(escape(s.label) + mark, fmt.money(s.total.value))
     console.print(costs)
+    for s in result.costs.scenarios:  # the mix each renting plan is priced at, unwrapped: a CFO checks it
+        if s.priced_mix is not None:
+            console.print(f"{escape(s.label)}: cloud GPU-hours {escape(s.priced_mix.text)}", soft_wrap=True)
     for kind, path in written.files.items():
         console.print(f"[green]wrote[/] {kind:<4} {escape(str(path))}")
 

@@ -8,6 +8,7 @@ step (a full disk, an I/O error, a rename that fails) removes the temporary file
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
     from gpuaudit.report.sections import build_report
 
     formats = parse_formats(list(formats))
+    by = list(by)
     step = progress or (lambda _msg: None)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -90,7 +92,10 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
     written = WrittenReport(out=out)
     files: list[tuple[Path, str | bytes]] = []
     if "html" in formats or "md" in formats:
-        written.report = build_report(result, version=version or __version__, progress=step)
+        from gpuaudit.report.chargeback import chargeback_links
+
+        report = build_report(result, version=version or __version__, progress=step)
+        written.report = dataclasses.replace(report, files=chargeback_links(result, by))
     if "html" in formats:
         step("rendering report.html")
         written.files["html"] = out / FILE_NAMES["html"]

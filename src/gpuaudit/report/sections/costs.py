@@ -33,7 +33,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             rows.append(
                 (
                     s.label + marker,
-                    s.description,
+                    s.description + (f" Its cloud GPU-hours are {s.priced_mix.text}." if s.priced_mix else ""),
                     f"{s.owned_gpus:,}",
                     fmt.hours(s.cloud_gpu_hours),
                     fmt.money(s.monthly_usd),
@@ -79,11 +79,20 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     versus = scenario(r, c.payback_against) if c.payback_against else None
     against = (versus.label if versus else c.payback_against or "renting (not allowed here)").lower()
     cash = ReportTable(
-        columns=("scenario", "capex", f"payback vs {against}", *[f"year {y + 1}" for y in range(years)]),
+        columns=(
+            "scenario",
+            "capex",
+            "GPUs sold now (cash back in year 1)",
+            f"payback vs {against}",
+            *[f"year {y + 1}" for y in range(years)],
+        ),
         rows=tuple(
             (
                 s.label,
                 fmt.money(s.capex_usd) if s.capex_usd else "—",
+                f"{s.sold_gpus:,} GPU{'' if s.sold_gpus == 1 else 's'}: +{fmt.money(s.sale_usd)}"
+                if s.sold_gpus
+                else "none",
                 (
                     f"{s.payback_months:.1f} months"
                     if s.payback_months is not None
@@ -96,9 +105,11 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             for s in base
             if s.cash_usd_by_month
         ),
-        numeric=(False, True, True, *[True] * years),
+        numeric=(False, True, True, True, *[True] * years),
         caption="Cash, not present value: what each plan pays per year (capital when it is paid, resale back in the "
-        "last month); simple payback of each plan that buys hardware: the month its cumulative cash falls to "
+        "last month; the sale of the owned GPUs a plan gives up comes back in year 1, so a plan that sells can pay "
+        "less than nothing that year); simple payback of each plan that buys hardware: the month its cumulative cash "
+        "falls to "
         + (
             f"{against}'s, the renting plan available today (resale left out)"
             if versus

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from gpuaudit.analysis.result import (
     AnalysisResult,
     GrowthColumns,
+    Table,
     TornadoColumns,
 )
 from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, Section
+from gpuaudit.report.model import Chart, ReportTable, Section
 from gpuaudit.report.sections.formatting import (
     breakdown_table,
     scenario,
@@ -77,19 +79,22 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
         f"recommendation survive?"
     )
-    tornado_table = breakdown_table(
+    tornado_table = _with_limits(
         t,
-        caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
-        "billed-hour utilization (— = never: renting is cheaper even with every GPU billed)",
-        columns=(
-            name,
-            tc.LOW_VALUE,
-            tc.BASE_VALUE,
-            tc.HIGH_VALUE,
-            tc.CHEAPEST_LOW,
-            tc.CHEAPEST_HIGH,
-            tc.BREAK_EVEN_LOW,
-            tc.BREAK_EVEN_HIGH,
+        breakdown_table(
+            t,
+            caption=f"Each input ±{s.fraction:.0%}: value, cheapest scenario and break-even "
+            "billed-hour utilization (— = never: renting is cheaper even with every GPU billed)",
+            columns=(
+                name,
+                tc.LOW_VALUE,
+                tc.BASE_VALUE,
+                tc.HIGH_VALUE,
+                tc.CHEAPEST_LOW,
+                tc.CHEAPEST_HIGH,
+                tc.BREAK_EVEN_LOW,
+                tc.BREAK_EVEN_HIGH,
+            ),
         ),
     )
     g = GrowthColumns
@@ -99,6 +104,17 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         columns=(g.GROWTH_PER_YEAR, *(g.scenario_usd(sid) for sid in _GROWTH_SCENARIOS), g.CHEAPEST, g.HYBRID_GPUS),
     )
     return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
+
+
+def _with_limits(t: Table, table: ReportTable) -> ReportTable:
+    """The tornado table with, in the row of each input that could not move the full fraction, why (a spot share
+    capped by the other shares reads "high = base" otherwise)."""
+    t.require(TornadoColumns.LIMIT)
+    rows = tuple(
+        (f"{cells[0]} ({row[TornadoColumns.LIMIT]})", *cells[1:]) if row.get(TornadoColumns.LIMIT) else cells
+        for row, cells in zip(t.rows, table.rows, strict=True)
+    )
+    return dataclasses.replace(table, rows=rows)
 
 
 _GROWTH_SCENARIOS = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")  # the growth table's columns shown

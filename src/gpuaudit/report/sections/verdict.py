@@ -10,6 +10,7 @@ from gpuaudit.analysis.result import (
     AnalysisResult,
     Condition,
     Consolidation,
+    TornadoColumns,
 )
 from gpuaudit.report.model import KeyFigure, Verdict
 from gpuaudit.report.sections.formatting import (
@@ -83,6 +84,7 @@ def build(r: AnalysisResult) -> Verdict:
         reevaluate_on=d.reevaluate_on.isoformat(),
         figures=tuple(figs),
         cost_note=_cost_note(r),
+        decides=_decides(r),
     )
 
 
@@ -158,7 +160,85 @@ def _cheapest_figure(r: AnalysisResult) -> KeyFigure:
         return KeyFigure(
             label=f"Cheapest over {months} months: {best.label}",
             text=f"saves {fmt.money(saving)}" if saving >= 0 else f"costs {fmt.money(-saving)} more",
-            source=f"vs today: {stay.label} {fmt.money(stay.total.value)} − {best.label} {fmt.money(best.total.value)}",
+            source=f"vs today: {stay.label} {fmt.money(stay.total.value)} − {best.label} {fmt.money(best.total.value)}"
+            + (f"; its cloud GPU-hours are {best.priced_mix.text}" if best.priced_mix else ""),
             emphasis=True,
         )
     return KeyFigure(f"Cheapest over {months} months: {best.label}", fmt.money(best.total.value), best.total.formula)
+
+
+_STAFF_KEYS = ("on_prem.staff_usd_per_month", "on_prem.staff_usd_per_node_per_month")
+
+
+def _decides(r: AnalysisResult) -> tuple[str, ...]:
+    """What decides this: every input that, moved ±fraction on its own, changes the cheapest plan (in full, with
+    its config key and what becomes cheapest), then staff on its own line (the largest fixed cost of owning)."""
+    s, tc = r.sensitivity, TornadoColumns
+    frac = f"{s.fraction:.0%}"
+
+    def plan(sid: Any) -> str:
+        found = scenario(r, str(sid))
+        return (found.label if found else str(sid)).lower()
+
+    lines = []
+    for row in s.tornado.rows:
+        if not row.get(tc.CHANGES_CHEAPEST) or row.get(tc.KEY) in _STAFF_KEYS:
+            continue
+        lines.append(
+            f"{row[tc.PARAMETER]} ({row[tc.KEY]}), {_value(row.get(tc.BASE_VALUE))}: at "
+            f"{_value(row.get(tc.LOW_VALUE))} (−{frac}) the cheapest plan is {plan(row.get(tc.CHEAPEST_LOW))}, at "
+            f"{_value(row.get(tc.HIGH_VALUE))} (+{frac}) {plan(row.get(tc.CHEAPEST_HIGH))}"
+            + (f" ({row[tc.LIMIT]})" if row.get(tc.LIMIT) else "")
+        )
+    staff_flips = any(row.get(tc.CHANGES_CHEAPEST) for row in s.tornado.rows if row.get(tc.KEY) in _STAFF_KEYS)
+    if not lines:
+        lines.append(
+            f"No {'input other than staff' if staff_flips else 'single input'}, moved ±{frac} on its own, "
+            "changes the cheapest plan (section 6, Sensitivity)"
+        )
+    staff = _staff_line(r, frac, staff_flips)
+    if staff:
+        lines.append(staff)
+    return tuple(lines)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.6g}"
+    return str(v)
+
+
+def _staff_line(r: AnalysisResult, frac: str, flips: bool) -> str:
+    """Staff as its own line: the configured base and per-node figures, their share of staying as is and of the
+    recommended plan, what staying as is would cost with no staff at all, and whether ±fraction on them changes
+    the cheapest plan."""
+    values = {a.key: a.value for a in r.assumptions}
+    if _STAFF_KEYS[0] not in values:
+        return ""
+    base, per_node = float(values[_STAFF_KEYS[0]]), float(values.get(_STAFF_KEYS[1], 0.0))
+    stay = scenario(r, "stay-as-is")
+    rec = scenario(r, r.decision.recommended_scenario or r.costs.cheapest)
+    text = (
+        f"Staff: {fmt.money(base, exact=True)}/month base ({_STAFF_KEYS[0]}: one full-time engineer, loaded)"
+        + (f" + {fmt.money(per_node, exact=True)} per node per month ({_STAFF_KEYS[1]})" if per_node else "")
+        + f", paid while anything is owned, over {r.costs.horizon_months} months:"
+    )
+    shares = []
+    for plan, name in ((stay, "staying as is"), (rec, rec.label.lower() if rec else "")):
+        if plan is None or not plan.total.value or (plan is rec and rec is stay):
+            continue
+        usd = plan.components.get("staff", 0.0)
+        shares.append(
+            f"{fmt.money(usd)}, {round(usd / plan.total.value * 100):.0f} % of {name} ({fmt.money(plan.total.value)})"
+            if usd
+            else f"none in {name} (it owns nothing)"
+        )
+    text += " " + "; ".join(shares)
+    if stay is not None and rec is not None and rec is not stay and stay.total.value and rec.total.value:
+        without = stay.total.value - stay.components.get("staff", 0.0)
+        other = rec.total.value - rec.components.get("staff", 0.0)
+        text += (
+            f"; with no staff cost staying as is would cost {fmt.money(without)} against {rec.label.lower()}'s "
+            f"{fmt.money(other)} ({'cheaper' if without < other else 'still dearer'})"
+        )
+    return text + f"; ±{frac} on it {'changes' if flips else 'does not change'} the cheapest plan"
