@@ -58,6 +58,17 @@ def test_user_and_partition_come_from_the_job_row_and_ids_keep_their_forms() -> 
     assert rows[("1009", "dgx-h100-02")]["state"] == "PREEMPTED"
 
 
+def test_gres_type_gives_the_gpu_model() -> None:
+    """Issue 25.6: a typed GRES (gres/gpu:a100, gres/gpu:h100) is the allocation's gpu_type and its catalogue key
+    its gpu_model; untyped GPUs and MIG-only types leave the model empty (the catalogue's rule: a bare a100 is the
+    40 GB card)."""
+    rows = parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows
+    models = {r["job_id"]: (r["gpu_type"], r["gpu_model"]) for r in rows}
+    assert models == {"1001": ("a100", "a100-40gb"), "1002": (None, None), "1003_4": ("a100", "a100-40gb"),
+                      "1004+1": (None, None), "1006": (None, None), "1008": ("a100", "a100-40gb"),
+                      "1009": ("h100", "h100-sxm-80gb")}
+
+
 def test_running_job_is_closed_at_now_and_split_over_its_nodes() -> None:
     rows = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1002"]
     assert sorted(r["host"] for r in rows) == ["dgx-a100-02", "dgx-a100-03"]

@@ -151,6 +151,8 @@ def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
     for reason, n in sorted(s.skipped.items()):
         example = s.examples.get(reason)
         log.warning("skipped %s: %s%s", count(n, unit), reason, f" (e.g. {example})" if example else "")
+    for warning in s.warnings:
+        log.warning("%s", warning)
     if s.unknown_hosts:
         shown = ", ".join(s.unknown_hosts[:5])
         more = f" and {len(s.unknown_hosts) - 5} more" if len(s.unknown_hosts) > 5 else ""

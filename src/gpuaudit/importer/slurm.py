@@ -33,6 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuaudit import schema
+from gpuaudit.catalog import model_key
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer import hostlist
 
@@ -89,6 +90,12 @@ class Gpus:
     gpus: float  # GPU equivalents (a MIG slice as its share)
     gpu_type: str | None
     mig_profile: str | None
+
+    @property
+    def model(self) -> str | None:
+        """The GRES type's catalogue key; None without a type, or with several (which GPUs a node got of each,
+        sacct does not say)."""
+        return model_key(self.gpu_type) if self.gpu_type and "," not in self.gpu_type else None
 
 
 def parse_tres(text: str, job: str) -> Gpus | None:
@@ -204,7 +211,7 @@ def _job_row(row: dict[str, str], number: int, tz: tzinfo | None, now: datetime,
             "job_id": job, "job_id_raw": raw, "user": row.get("user") or None,
             "account": row.get("account") or None, "partition": row.get("partition") or None,
             "namespace": None, "host": host, "gpus": gpus.gpus / len(hosts), "gpu_type": gpus.gpu_type,
-            "mig_profile": gpus.mig_profile, "start_ts": start, "end_ts": end,
+            "gpu_model": gpus.model, "mig_profile": gpus.mig_profile, "start_ts": start, "end_ts": end,
             "state": "RUNNING" if running else state, "source": SOURCE,
         })
 
