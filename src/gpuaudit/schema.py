@@ -24,8 +24,8 @@ TABLES = (SAMPLES, PROCESSES, ALLOCATIONS)
 VIEW_NAMES = {SAMPLES: "samples", PROCESSES: "processes", ALLOCATIONS: "allocations"}
 # The column whose UTC date is a row's `date` partition (an allocation lives in the partition of its start).
 PARTITION_TIME = {SAMPLES: "ts", PROCESSES: "ts", ALLOCATIONS: "start_ts"}
-# Tables `gpuaudit compact` merges. Allocations are small and each importer rewrites its own file per
-# partition (<source>.parquet) to stay idempotent, which a merged file would defeat.
+# Tables `gpuaudit compact` merges. Allocations are small and each importer replaces its own file per
+# partition (<source>-<stamp>.parquet) to stay idempotent, which a merged file would defeat.
 COMPACTED_TABLES = (SAMPLES, PROCESSES)
 # Values of gpu_allocations.source.
 ALLOC_SOURCE_SLURM = "slurm"

@@ -24,7 +24,7 @@ Facts of the format this relies on (Slurm's sacct man page and src/sacct/print.c
   node's GPUs from a batch or interactive step, each other node at least its one-node steps', the rest split
   evenly over the nodes no step accounts for; where the steps say nothing (no such step, or figures that do not
   add up) the GPUs are split evenly over all the job's nodes, and the import says for how many jobs.
-- `sacct --json` (Slurm's data_parser plugin, v0.0.40 to v0.0.44: src/plugins/data_parser/*/parsers.c) prints
+- `sacct --json` (Slurm's data_parser plugin, v0.0.43 to v0.0.46: src/plugins/data_parser/*/parsers.c) prints
   {"jobs": [...]}: per job job_id (JobIDRaw), array {job_id, task_id {set, number}}, het {job_id, job_offset},
   user, account, partition, state {current: [...]}, time {start, end} (UNIX seconds, or {set, number}; 0
   while unknown), nodes (a host list), tres {allocated: [{type, name, count}]} and steps [{step {id, name},
