@@ -58,6 +58,18 @@ def test_h100_rows_are_interval_averages() -> None:
     assert by_pid[202]["mem_used_bytes"] == 1024**3
 
 
+def test_process_rows_carry_the_pod_uid() -> None:
+    """The agent's cgroup attribution knows the pod's UID (procinfo.ProcAttributor): its process rows carry it in
+    pod_uid beside the pod's name, so the ledger can tell a recreated pod of the same name from its predecessor."""
+    who = {"user": "alice", "job_id": None, "k8s_namespace": "ml", "k8s_pod": "web-0",
+           "pod_uid": "6f1c1a52-8a3e-4b7e-9d57-2f0e5a9b1c11", "container": "0123456789ab", "command": "python"}
+    sampler, _fake, clock = make_sampler("h100", SCRIPT, attributor=lambda pid: dict(who))
+    sampler.discover()
+    clock.advance(10)
+    _rows, procs = sampler.sample(TS)
+    assert procs and all(p["pod_uid"] == who["pod_uid"] and p["k8s_pod"] == "web-0" for p in procs)
+
+
 def test_each_interval_has_its_own_baseline() -> None:
     sampler, _, clock = make_sampler("h100", [(0.0, LIGHT), (10.0, HEAVY), (13.0, LIGHT)])
     sampler.discover()

@@ -6,7 +6,10 @@ sanitized (`nvidia.com/gpu` -> nvidia_com_gpu, `nvidia.com/mig-3g.40gb` -> nvidi
 kube_pod_status_phase{namespace, pod, uid, phase} = 1 for the current phase, 0 for the others, and
 kube_pod_init_container_resource_requests with the same labels for the init containers (internal/store/pod.go:
 createPodInitContainerResourceRequestsFamilyGenerator; extended resources such as nvidia.com/gpu in unit
-`integer`)."""
+`integer`).
+kube_node_labels{node, label_<name>} carries the node labels kube-state-metrics' --metric-labels-allowlist names
+(internal/store/node.go, utils.go: `label_` + the name with characters outside [a-zA-Z0-9_] made `_`, snake
+case): GPU feature discovery's nvidia.com/gpu.product is label_nvidia_com_gpu_product."""
 
 from __future__ import annotations
 
@@ -58,6 +61,12 @@ MIG_GPUS = {"ml/mig-h100": ("1g.10gb", 2 / 7), "ml/mig-a30": ("1g.6gb", 1 / 4)}
 INIT = {"warmup": [("compile", "nvidia_com_gpu", 4), ("sync", "nvidia_com_gpu", 1)],
         "fetch": [("download", "nvidia_com_gpu", 1)], "convert": [("convert", "nvidia_com_gpu", 1)]}
 INIT_GPUS = {"ml/warmup": 4, "ml/fetch": 2, "ml/convert": 1}
+# nvidia.com/gpu.product per node as GPU feature discovery sets it (the product name, spaces as '-'); gpu-node-6's
+# series carries only another allowlisted label (its GPU feature discovery is not running).
+PRODUCTS = {"gpu-node-1": "NVIDIA-H100-80GB-HBM3", "gpu-node-2": "NVIDIA-A100-SXM4-80GB", "gpu-node-3": "Tesla-T4",
+            "gpu-node-4": "NVIDIA-L4", "gpu-node-5": "NVIDIA-H100-80GB-HBM3"}
+MODELS = {"ml/train-0": "h100-sxm-80gb", "research/notebook": "a100-sxm-80gb", "ml/warmup": "t4", "ml/fetch": "t4",
+          "ml/convert": "l4", "ml/mig-h100": "h100-sxm-80gb", "ml/mig-a30": None}
 
 
 def _openmetrics(path: Path) -> None:
@@ -81,6 +90,13 @@ def _openmetrics(path: Path) -> None:
                               f'resource="{resource}",unit="integer",instance="{inst}"')
                     out.writelines(f"kube_pod_init_container_resource_requests{{{labels}}} {value} {base + t}\n"
                                    for t in times if t >= first)
+        out.write("# TYPE kube_node_labels gauge\n")
+        for node in sorted({p[3] for p in PODS}):
+            for inst in ("ksm-0", "ksm-1"):
+                label = (f'label_nvidia_com_gpu_product="{PRODUCTS[node]}"' if node in PRODUCTS
+                         else 'label_topology_kubernetes_io_zone="zone-b"')
+                out.writelines(f'kube_node_labels{{node="{node}",{label},instance="{inst}"}} 1 {base + t}\n'
+                               for t in times)
         out.write("# TYPE kube_pod_status_phase gauge\n")
         for ns, pod, uid, _node, _c, instances, first in PODS:
             for inst in instances:
@@ -166,6 +182,20 @@ def test_mig_resources_count_as_their_share_of_the_model(prom: PromServer, tmp_p
     assert {j: hours[j] for j in MIG_GPUS} == pytest.approx({j: 24 * g for j, (_p, g) in MIG_GPUS.items()})
 
 
+def test_each_allocation_carries_its_nodes_gpu_model(prom: PromServer, tmp_path: Path) -> None:
+    """Issue 25.6: Kubernetes allocations had no GPU model (gpu_type null), so a mixed fleet's allocations could
+    not be priced per model. The node's nvidia.com/gpu.product (kube_node_labels) is the row's gpu_type and its
+    catalogue key the gpu_model; a node without the label leaves it empty, said once, never guessed."""
+    root = tmp_path / "d"
+    s = import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(days=1), 60)
+    with open_dataset(root) as ds:
+        got = dict(ds.fetchall("SELECT DISTINCT job_id, gpu_model FROM allocations"))
+        types = dict(ds.fetchall("SELECT DISTINCT host, gpu_type FROM allocations"))
+    assert got == MODELS
+    assert types == {**{n: p for n, p in PRODUCTS.items()}, "gpu-node-6": None}
+    assert len(s.warnings) == 1 and "e.g. gpu-node-6" in s.warnings[0], s.warnings
+
+
 def test_overlapping_imports_replace_their_window(prom: PromServer, tmp_path: Path) -> None:
     root = tmp_path / "d"
     conn = transport(prom.url, retries=0)
@@ -183,5 +213,6 @@ def test_cli_import_kubernetes(prom: PromServer, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     pods = 2 + len(INIT_GPUS) + len(MIG_GPUS)
     assert f"imported {pods} allocation rows ({pods} pods" in r.stdout
+    assert "gpuaudit: warning: 1 of the nodes with GPU allocations had no nvidia.com/gpu.product" in r.stderr
     r = run_cli("import", "kubernetes", "--url", "ftp://x", "--data", str(tmp_path))
     assert "bad --url" in one_error_line(r)

@@ -22,6 +22,10 @@ from gpuaudit.store import open_dataset
 from helpers import one_error_line, run_cli
 
 FIXTURE = Path(__file__).parent / "data" / "sacct" / "cluster.txt"
+# The same kind of cluster as `sacct --json` prints it (data_parser v0.0.44, src/plugins/data_parser/v0.0.44/
+# parsers.c: PARSER_ARRAY(JOB), (STEP), (TRES)): job times as UNIX seconds, step times and array / het ids as
+# {set, infinite, number}, state.current a list, tres.allocated [{type, name, id, count}], steps' nodes.list.
+JSON_FIXTURE = Path(__file__).parent / "data" / "sacct" / "cluster.json"
 NOW = datetime(2026, 1, 5, 16, 0, tzinfo=UTC)
 # Allocated GPU-hours per job of the fixture, by hand (tz UTC, --now 16:00Z).
 EXPECTED_GPU_H = {"1001": 2 * 4, "1002": 16 * 6, "1003_4": 1 * 2, "1004+1": 1 * 1, "1006": 3 / 7 * 0.7,
@@ -58,6 +62,17 @@ def test_user_and_partition_come_from_the_job_row_and_ids_keep_their_forms() -> 
     assert rows[("1009", "dgx-h100-02")]["state"] == "PREEMPTED"
 
 
+def test_gres_type_gives_the_gpu_model() -> None:
+    """Issue 25.6: a typed GRES (gres/gpu:a100, gres/gpu:h100) is the allocation's gpu_type and its catalogue key
+    its gpu_model; untyped GPUs and MIG-only types leave the model empty (the catalogue's rule: a bare a100 is the
+    40 GB card)."""
+    rows = parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows
+    models = {r["job_id"]: (r["gpu_type"], r["gpu_model"]) for r in rows}
+    assert models == {"1001": ("a100", "a100-40gb"), "1002": (None, None), "1003_4": ("a100", "a100-40gb"),
+                      "1004+1": (None, None), "1006": (None, None), "1008": ("a100", "a100-40gb"),
+                      "1009": ("h100", "h100-sxm-80gb")}
+
+
 def test_running_job_is_closed_at_now_and_split_over_its_nodes() -> None:
     rows = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1002"]
     assert sorted(r["host"] for r in rows) == ["dgx-a100-02", "dgx-a100-03"]
@@ -65,6 +80,60 @@ def test_running_job_is_closed_at_now_and_split_over_its_nodes() -> None:
     three = [r for r in parse_sacct(FIXTURE.read_text(), tz=UTC, now=NOW).rows if r["job_id"] == "1008"]
     assert sorted(r["host"] for r in three) == ["dgx-a100-01", "dgx-a100-02", "dgx-a100-05"]
     assert all(r["gpus"] == 2 for r in three)
+
+
+def _per_host(rows: list[dict]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        out.setdefault(r["job_id"], {})[r["host"]] = r["gpus"]
+    return out
+
+
+def test_sacct_json_steps_say_how_a_multi_node_job_was_spread() -> None:
+    """Issue 27.7: a multi-node job's GPUs were split evenly over its nodes because sacct's job row does not say
+    how. `sacct --json` (and the text's step rows) do: the batch step holds the job's GRES on its first node
+    (src/stepmgr/stepmgr.c, step_set_alloc_tres), a one-node step at least its own on its node. 2001: 4 + 2 of
+    6 (not 3 + 3); 2008: 2 on the first node, 3 on the node its one-node step ran on, the 1 left on the third;
+    2002 has only steps over all its nodes: split evenly, and said."""
+    out = parse_sacct(JSON_FIXTURE.read_text(), tz=ZoneInfo("Europe/Berlin"), now=NOW)  # UNIX times: no --tz
+    per = _per_host(out.rows)
+    assert per["2001"] == {"gpu-h100-01": 4, "gpu-h100-02": 2}
+    assert per["2008"] == {"gpu-a100-01": 2, "gpu-a100-02": 3, "gpu-a100-05": 1}
+    assert per["2002"] == pytest.approx({h: 8 / 3 for h in ("gpu-a100-01", "gpu-a100-02", "gpu-a100-03")})
+    assert out.even_split == 1 and "e.g. 2002" in out.warnings()[0]
+    rows = {r["job_id"]: r for r in out.rows}
+    assert rows.keys() == {"2001", "2002", "2003_4", "2004+1", "2006", "2008"}
+    assert (rows["2003_4"]["job_id_raw"], rows["2003_4"]["state"], rows["2003_4"]["gpu_model"]) == (
+        "2010", "TIMEOUT", "a100-40gb")
+    assert (rows["2004+1"]["job_id_raw"], rows["2004+1"]["user"], rows["2004+1"]["account"]) == ("2005", "dave", "bio")
+    assert (rows["2006"]["mig_profile"], rows["2006"]["gpus"]) == ("3g.40gb", pytest.approx(3 / 7))
+    assert (rows["2002"]["state"], rows["2002"]["end_ts"]) == ("RUNNING", NOW)
+    assert (rows["2001"]["start_ts"], rows["2001"]["end_ts"], rows["2001"]["gpu_model"]) == (
+        datetime(2026, 1, 5, 9, tzinfo=UTC), datetime(2026, 1, 5, 13, tzinfo=UTC), "h100-sxm-80gb")
+    assert out.skipped == {"pending (no allocation yet)": 1, "no GPU in AllocTRES": 1}
+    assert out.examples["pending (no allocation yet)"] == "2011_[5-9]"
+
+
+def test_text_step_rows_say_it_too() -> None:
+    """The text's step rows carry the same NodeList and AllocTRES: a batch step's GPUs are its job's on the
+    first node (they were split evenly, 3 and 3)."""
+    text = ("JobID|JobIDRaw|State|Start|End|NodeList|AllocTRES\n"
+            "7|7|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n[1-2]|cpu=8,gres/gpu=6,node=2\n"
+            "7.batch|7.batch|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|cpu=4,gres/gpu=4,node=1\n"
+            "7.extern|7.extern|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n[1-2]|cpu=8,gres/gpu=6,node=2\n")
+    out = parse_sacct(text, tz=UTC, now=NOW)
+    assert _per_host(out.rows) == {"7": {"n1": 4, "n2": 2}} and out.warnings() == []
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('{"jobs": [', "not JSON"),
+    ('{"meta": {}}', 'no "jobs" list'),
+    ('{"jobs": [{"job_id": "x"}]}', "jobs[0]: not a job"),
+    ('{"jobs": [{"job_id": 1, "state": {"current": ["COMPLETED"]}, "time": {"start": "noon"}}]}', "bad time.start"),
+])
+def test_malformed_sacct_json_is_one_error(text: str, needle: str) -> None:
+    with pytest.raises(GpuauditError, match=re.escape(needle)):
+        parse_sacct(text, tz=UTC, now=NOW)
 
 
 def test_mig_slice_counts_as_its_share_of_a_gpu() -> None:
@@ -225,6 +294,16 @@ def test_cli_malformed_input_writes_nothing(tmp_path: Path) -> None:
     assert "unknown time zone" in one_error_line(r)
     r = run_cli("import", "slurm", "--data", str(tmp_path), env={"PATH": str(tmp_path)})
     assert "sacct is not on PATH" in one_error_line(r)
+
+
+def test_cli_imports_sacct_json(tmp_path: Path) -> None:
+    r = run_cli("import", "slurm", "--sacct-file", str(JSON_FIXTURE), "--now", "2026-01-05T16:00:00Z",
+                "--data", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "imported 11 allocation rows (6 jobs" in r.stdout
+    assert "gpuaudit: warning: 1 multi-node job (e.g. 2002): GPUs split evenly" in r.stderr
+    n, h = _allocated(tmp_path)
+    assert n == 11 and h == pytest.approx(6 * 4 + 8 * 6 + 2 + 1 + 3 / 7 * 0.7 + 6 * 1.5, abs=1e-9)
 
 
 def test_cli_reports_hosts_without_telemetry(tmp_path: Path) -> None:

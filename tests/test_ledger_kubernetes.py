@@ -26,10 +26,11 @@ from tests.prom_helpers import START, PromServer, backfill, start_prometheus
 
 from gpuaudit.analysis.ledger import STATES, ledger
 from gpuaudit.analysis.stage1.rollup import load_rollups
-from gpuaudit.importer.kubernetes import import_kubernetes
+from gpuaudit.importer.kubernetes import ALLOWLIST_FLAG, import_kubernetes
 from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
 from gpuaudit.importer.prometheus.mapping import build_mapping
+from gpuaudit.store import open_dataset
 
 pytestmark = pytest.mark.prometheus
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
@@ -125,3 +126,14 @@ def test_recreated_pod_and_unlabelled_node_ledger_is_exact(prom: PromServer, tmp
                                 ("gpu-b", "GPU-gpu-b-2"): 12.0, ("gpu-b", "GPU-gpu-b-3"): 12.0}, abs=1e-6)
     early = g.filter(pl.col("gpu_uuid").is_in(["GPU-gpu-a-2", "GPU-gpu-a-3"]) & (pl.col("h") < 4))
     assert early["allocated_s"].sum() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_without_the_node_label_allowlist_the_gpu_model_is_left_empty_and_said_once(prom: PromServer,
+                                                                                    tmp_path: Path) -> None:
+    """kube-state-metrics exports kube_node_labels only for the labels its allowlist names: this fleet's has
+    none, so no allocation can carry a GPU model; the import says so once, naming the flag, and guesses none."""
+    root = tmp_path / "d"
+    s = import_kubernetes(root, transport(prom.url, retries=0), START, START + timedelta(hours=HOURS), 60)
+    assert len(s.warnings) == 1 and ALLOWLIST_FLAG in s.warnings[0], s.warnings
+    with open_dataset(root) as ds:
+        assert ds.fetchall("SELECT DISTINCT gpu_type, gpu_model FROM allocations") == [(None, None)]

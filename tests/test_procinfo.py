@@ -105,8 +105,11 @@ def test_attributor_on_a_recorded_proc_tree(tmp_path: Path) -> None:
     (pods / "inference_vllm-7d9f_dde1244b-5bb5-4297-b544-85f3bc0d80bf" / "vllm").mkdir(parents=True)
     attrib = ProcAttributor(proc, PodNames(pods))
     info = attrib(4242)
+    # The pod's name from the kubelet's log directory, its UID from the cgroup: both recorded (a StatefulSet's
+    # next pod reuses the name, never the UID).
     assert info == {"user": "root", "job_id": None, "k8s_namespace": "inference", "k8s_pod": "vllm-7d9f",
-                    "container": "acb623915785", "command": "python3 -m vllm.entrypoints.openai.api_server"}
+                    "pod_uid": "dde1244b-5bb5-4297-b544-85f3bc0d80bf", "container": "acb623915785",
+                    "command": "python3 -m vllm.entrypoints.openai.api_server"}
     # Unreadable pieces are null, the rest still comes through.
     (pid_dir / "status").unlink()
     attrib.prune(set())
@@ -115,6 +118,7 @@ def test_attributor_on_a_recorded_proc_tree(tmp_path: Path) -> None:
     # Without the kubelet's pod log directory the pod is known by its UID.
     info = ProcAttributor(proc, PodNames(tmp_path / "missing"))(4242)
     assert info["k8s_pod"] == "dde1244b-5bb5-4297-b544-85f3bc0d80bf" and info["k8s_namespace"] is None
+    assert info["pod_uid"] == "dde1244b-5bb5-4297-b544-85f3bc0d80bf"
 
 
 def test_attributor_cache_is_pruned(tmp_path: Path) -> None:

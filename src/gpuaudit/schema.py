@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2  # 2: gr_engine_active and gpu_allocations; a MIG slice's energy_j is its own share
+SCHEMA_VERSION = 3  # 3: gpu_processes.pod_uid, gpu_allocations.gpu_model
 MIB = 1 << 20  # bytes: memory is stored in bytes; NVML, DCGM and the simulator speak MiB
 SCHEMA_VERSION_KEY = "gpuaudit.schema_version"
 
@@ -24,8 +24,8 @@ TABLES = (SAMPLES, PROCESSES, ALLOCATIONS)
 VIEW_NAMES = {SAMPLES: "samples", PROCESSES: "processes", ALLOCATIONS: "allocations"}
 # The column whose UTC date is a row's `date` partition (an allocation lives in the partition of its start).
 PARTITION_TIME = {SAMPLES: "ts", PROCESSES: "ts", ALLOCATIONS: "start_ts"}
-# Tables `gpuaudit compact` merges. Allocations are small and each importer rewrites its own file per
-# partition (<source>.parquet) to stay idempotent, which a merged file would defeat.
+# Tables `gpuaudit compact` merges. Allocations are small and each importer replaces its own file per
+# partition (<source>-<stamp>.parquet) to stay idempotent, which a merged file would defeat.
 COMPACTED_TABLES = (SAMPLES, PROCESSES)
 # Values of gpu_allocations.source.
 ALLOC_SOURCE_SLURM = "slurm"
@@ -118,10 +118,11 @@ TS_MAX_AHEAD_S = 86400  # an earlier ts is a reset clock, a later one a wrong cl
 TEXT_MAX_CHARS = {
     SAMPLES: {"gpu_uuid": 128, "gpu_name": 256, "mig_profile": 64, "source": 64},
     PROCESSES: {"gpu_uuid": 128, "user": 256, "job_id": 256, "k8s_namespace": 253, "k8s_pod": 253,
-                "container": 256, "command": 256},
+                "pod_uid": 64, "container": 256, "command": 256},
     # job_id: a Kubernetes namespace/pod is up to 253 + 1 + 253 characters
     ALLOCATIONS: {"job_id": 512, "job_id_raw": 256, "user": 256, "account": 256, "partition": 256,
-                  "namespace": 253, "gpu_type": 128, "mig_profile": 64, "state": 64, "source": 64},
+                  "namespace": 253, "gpu_type": 128, "gpu_model": 64, "mig_profile": 64, "state": 64,
+                  "source": 64},
 }
 
 
@@ -184,6 +185,8 @@ PROCESS_COLUMNS: tuple[Column, ...] = (
     Column("job_id", "VARCHAR", "", "Slurm job id (or the exporter's hpc_job label)"),
     Column("k8s_namespace", "VARCHAR", "", "Kubernetes namespace"),
     Column("k8s_pod", "VARCHAR", "", "Kubernetes pod name (or pod UID when only that is known)"),
+    Column("pod_uid", "VARCHAR", "", "Kubernetes pod UID (the agent's cgroup, dcgm-exporter's pod_uid label); "
+           "null where unknown"),
     Column("container", "VARCHAR", "", "container name or id"),
     Column("command", "VARCHAR", "", "command line, truncated to 256 characters"),
     Column("mem_used_bytes", "BIGINT", "bytes", "GPU memory used by the process"),
@@ -201,8 +204,12 @@ ALLOCATION_COLUMNS: tuple[Column, ...] = (
     Column("namespace", "VARCHAR", "", "Kubernetes namespace of the pod"),
     Column("host", "VARCHAR", "", "node the GPUs were allocated on (partition key)", nullable=False),
     Column("gpus", "DOUBLE", "GPUs", "GPU equivalents allocated on this host (a MIG slice as its share: 3g.40gb "
-           "= 3/7; a multi-node job's GPUs split evenly over its nodes)", nullable=False),
-    Column("gpu_type", "VARCHAR", "", "GPU type the scheduler named (Slurm GRES type, e.g. a100), if any"),
+           "= 3/7; a multi-node job's GPUs per node from its steps where sacct says, else split evenly)",
+           nullable=False),
+    Column("gpu_type", "VARCHAR", "", "GPU type the scheduler named (Slurm GRES type, e.g. a100; the node's "
+           "nvidia.com/gpu.product label on Kubernetes), if any"),
+    Column("gpu_model", "VARCHAR", "", "gpu_type as a model key (gpuaudit.catalog: h100-sxm-80gb, t4, ...); null "
+           "where the scheduler names no type"),
     Column("mig_profile", "VARCHAR", "", "MIG profile allocated, e.g. 3g.40gb; null for whole GPUs"),
     Column("start_ts", "TIMESTAMPTZ", "UTC", "when the allocation started", nullable=False),
     Column("end_ts", "TIMESTAMPTZ", "UTC", "when it ended (a running job: the import's --now)", nullable=False),

@@ -102,6 +102,7 @@ class ProcInfo:
     job_id: str | None = None
     k8s_namespace: str | None = None
     k8s_pod: str | None = None
+    pod_uid: str | None = None
     container: str | None = None
     command: str | None = None
 
@@ -176,7 +177,7 @@ class ProcAttributor:
             info.job_id, info.container = cg.job_id, cg.container
             if cg.pod_uid:
                 ns, name = self.pods.lookup(cg.pod_uid)
-                info.k8s_namespace, info.k8s_pod = ns, name or cg.pod_uid
+                info.k8s_namespace, info.k8s_pod, info.pod_uid = ns, name or cg.pod_uid, cg.pod_uid
         return info
 
 

@@ -252,7 +252,7 @@ class Sampler:
                 "ts": ts, "host": self.host, "gpu_uuid": u.gpu_uuid, "mig_instance": u.mig_instance,
                 "pid": pid, "user": who.get("user"), "job_id": who.get("job_id"),
                 "k8s_namespace": who.get("k8s_namespace"), "k8s_pod": who.get("k8s_pod"),
-                "container": who.get("container"), "command": who.get("command"),
+                "pod_uid": who.get("pod_uid"), "container": who.get("container"), "command": who.get("command"),
                 "mem_used_bytes": p.used_bytes,
                 "sm_util": sm_by_pid.get(pid),
             })

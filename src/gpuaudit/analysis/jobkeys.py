@@ -4,8 +4,8 @@ An allocation (gpu_allocations) and a holder (gpu_processes, per GPU-hour) are j
 
     j:<id>             Slurm: the allocation's JobID and JobIDRaw; the process's job id (cgroup or hpc_job label)
     p:<namespace/pod>  Kubernetes: the allocation's job_id; the process's k8s_namespace + "/" + k8s_pod
-    u:<uid>            Kubernetes: the allocation's job_id_raw (pod UID); the process's k8s_pod where only the UID
-                       is known (the agent's cgroup fallback)
+    u:<uid>            Kubernetes: the allocation's job_id_raw (pod UID); the process's pod_uid (the agent's
+                       cgroup, dcgm-exporter's pod_uid label), and its k8s_pod where only the UID is known
 
 Every allocation source other than Kubernetes is keyed as Slurm (a job id).
 """
@@ -41,11 +41,15 @@ def _pod() -> pl.Expr:
 
 
 def holder_keys(h: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
-    """Every key a holder row can match (job id, pod name, pod UID), with `cols` carried along."""
+    """Every key a holder row can match (job id, pod name, pod UID), with `cols` carried along. A holders frame
+    without the pod_uid column matches by name and name-as-UID only."""
+    uid = [h.filter(pl.col("pod_uid") != "").select(*cols, (UID + pl.col("pod_uid")).alias("key"))] \
+        if "pod_uid" in h.columns else []
     return pl.concat([
         h.filter(pl.col("job_id") != "").select(*cols, (JOB + pl.col("job_id")).alias("key")),
         h.filter(pl.col("k8s_pod") != "").select(*cols, (POD + _pod()).alias("key")),
         h.filter(pl.col("k8s_pod") != "").select(*cols, (UID + pl.col("k8s_pod")).alias("key")),
+        *uid,
     ]).unique()
 
 

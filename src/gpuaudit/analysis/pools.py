@@ -89,7 +89,10 @@ def subset(roll: Rollups, spec: PoolSpec) -> Rollups:
     by_name = pl.col("gpu_name").is_in(names) | (pl.col("gpu_name").is_null() if "" in spec.names else pl.lit(False))
     alloc = roll.allocations
     if alloc is not None and alloc.height:
+        # the importer's model key where it has one, else the GPU type's (an older dataset)
         typed = alloc["gpu_type"].map_elements(lambda t: identify(t)[0] if t else "", return_dtype=pl.String)
+        if "gpu_model" in alloc.columns:
+            typed = alloc["gpu_model"].fill_null("").zip_with(alloc["gpu_model"].fill_null("") != "", typed)
         alloc = alloc.filter(pl.col("host").is_in(list(spec.hosts)) & ((typed == "") | (typed == spec.key)))
     return dataclasses.replace(
         roll,

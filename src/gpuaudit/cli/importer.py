@@ -151,6 +151,8 @@ def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
     for reason, n in sorted(s.skipped.items()):
         example = s.examples.get(reason)
         log.warning("skipped %s: %s%s", count(n, unit), reason, f" (e.g. {example})" if example else "")
+    for warning in s.warnings:
+        log.warning("%s", warning)
     if s.unknown_hosts:
         shown = ", ".join(s.unknown_hosts[:5])
         more = f" and {len(s.unknown_hosts) - 5} more" if len(s.unknown_hosts) > 5 else ""
@@ -164,8 +166,8 @@ def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
 @handle_errors
 def slurm(
     sacct_file: str = typer.Option(None, "--sacct-file",
-                                   help="sacct --parsable2 output to read ('-': standard input). Without it, "
-                                        "gpuaudit runs sacct itself (it must be on PATH)."),
+                                   help="sacct --parsable2 or sacct --json output to read ('-': standard "
+                                        "input). Without it, gpuaudit runs sacct itself (it must be on PATH)."),
     start: str = typer.Option("-30d", "--start", help="When running sacct: window start (ISO, -30d, now)."),
     end: str = typer.Option("now", "--end", help="When running sacct: window end, same forms."),
     tz: str = typer.Option(None, "--tz", help="Zone of sacct's times that carry no offset (sacct prints the "
@@ -175,8 +177,9 @@ def slurm(
     data: Path = DataOption,
 ) -> None:
     """Import Slurm allocations (sacct AllocTRES gres/gpu) into gpu_allocations: what the scheduler says each
-    job held, per job per host. The sacct output must start with its header line (no --noheader): the header
-    names the columns.
+    job held, per job per host. The sacct --parsable2 output must start with its header line (no --noheader):
+    the header names the columns. sacct --json output (told by its first character) carries its step records,
+    which say how a multi-node job's GPUs were spread over its nodes.
 
     Example: sacct --allusers --parsable2 --format=JobID,JobIDRaw,User,Account,Partition,State,Start,End,\
 NodeList,AllocTRES -S 2026-01-01 > jobs.txt; gpuaudit import slurm --sacct-file jobs.txt --tz Europe/Berlin
@@ -196,7 +199,8 @@ NodeList,AllocTRES -S 2026-01-01 > jobs.txt; gpuaudit import slurm --sacct-file 
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise GpuauditError(f"--sacct-file {path}: not UTF-8 text (is it sacct --parsable2 output?)") from None
+            raise GpuauditError(f"--sacct-file {path}: not UTF-8 text (is it sacct --parsable2 or --json "
+                                "output?)") from None
         except OSError as e:
             raise GpuauditError(f"cannot read --sacct-file {path}: {e.strerror or e}") from None
         what = str(path)

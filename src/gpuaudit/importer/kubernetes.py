@@ -5,11 +5,18 @@ kube-state-metrics (docs/metrics/workload/pod-metrics.md) exports
   container and resource; the resource name is sanitized for Prometheus (`nvidia.com/gpu` -> `nvidia_com_gpu`,
   a MIG resource `nvidia.com/mig-3g.40gb` -> `nvidia_com_mig_3g_40gb`), unit `integer`;
 - `kube_pod_init_container_resource_requests{...}`: the same for the init containers (internal/store/pod.go);
-- `kube_pod_status_phase{namespace, pod, uid, phase}`: 1 for the pod's current phase, 0 for the others.
+- `kube_pod_status_phase{namespace, pod, uid, phase}`: 1 for the pod's current phase, 0 for the others;
+- `kube_node_labels{node, label_<name>...}` (internal/store/node.go): the node's Kubernetes labels named in
+  `--metric-labels-allowlist=nodes=[...]`, each as `label_` + the name with every character outside
+  [a-zA-Z0-9_] replaced by `_`, snake-cased (internal/store/utils.go): GPU feature discovery's
+  `nvidia.com/gpu.product` (e.g. NVIDIA-H100-80GB-HBM3) is `label_nvidia_com_gpu_product`, and only there when
+  the allowlist names it.
 
 A pod holds its GPUs while it is Running: per resource, the larger of its app containers' requests (summed) and
 its largest init container's (the scheduler's effective request), joined with its Running phase,
-on the node the `node` label names. Evaluated at each step of the window, the consecutive steps a pod is present
+on the node the `node` label names, with that node's GPU product (gpu_type) and its model key (gpu_model,
+gpuaudit.catalog) while the pod ran; where kube-state-metrics does not export the label, the model stays empty
+and the import says why (never guessed). Evaluated at each step of the window, the consecutive steps a pod is present
 become one allocation row (each evaluation standing for the step that ends at it): the row's edges are only as
 exact as the step. An import replaces this source's rows inside its window (importer.allocations), so
 overlapping imports never count a pod twice.
@@ -23,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuaudit import schema
+from gpuaudit.catalog import model_key
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer.promclient import MAX_POINTS, PromClient, Transport, chunks
 from gpuaudit.importer.timespec import align_down
@@ -31,6 +39,8 @@ SOURCE = schema.ALLOC_SOURCE_KUBERNETES
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d)g_(\d+)gb")
 _RESOURCES = "nvidia_com_gpu|nvidia_com_mig_.+"
 _KEY = ("namespace", "pod", "uid", "node", "resource")
+PRODUCT_LABEL = "label_nvidia_com_gpu_product"  # kube-state-metrics' name of the node label nvidia.com/gpu.product
+ALLOWLIST_FLAG = "--metric-labels-allowlist=nodes=[nvidia.com/gpu.product]"
 
 
 def requests_query(selector: str = "") -> str:
@@ -52,6 +62,12 @@ def requests_query(selector: str = "") -> str:
             f'(max by (namespace, pod, uid) (kube_pod_status_phase{{phase="Running"{extra}}}) == 1)')
 
 
+def products_query(selector: str = "") -> str:
+    """PromQL: each node's GPU product label (replicas of kube-state-metrics report the same series)."""
+    extra = f", {selector}" if selector else ""
+    return f'max by (node, {PRODUCT_LABEL}) (kube_node_labels{{{PRODUCT_LABEL}!=""{extra}}})'
+
+
 def gpu_equivalents(resource: str, count: float) -> tuple[float, str | None]:
     """(GPU equivalents, MIG profile) of `count` units of a sanitized resource name."""
     m = _MIG_RESOURCE.fullmatch(resource)
@@ -68,6 +84,7 @@ class KubeImport:
     rows: list[dict[str, Any]] = field(default_factory=list)
     pods: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
 def import_rows(client: PromClient | Transport, start: datetime, end: datetime, step_s: int, *,
@@ -84,9 +101,19 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
     owned = isinstance(client, Transport)
     prom = PromClient(client) if isinstance(client, Transport) else client
     points: dict[tuple[str, ...], dict[int, float]] = {}
+    products: dict[str, dict[int, str]] = {}  # node -> evaluation time -> product
     try:
         query = requests_query(selector)
         for first, last in chunks(start, end, step_s, max_points):
+            for item in prom.query_range(products_query(selector), first, last, step_s):
+                node, product = (str(item["metric"].get(k, "")) for k in ("node", PRODUCT_LABEL))
+                at = products.setdefault(node, {})
+                for pair in item["values"]:
+                    try:
+                        at[int(float(pair[0]))] = product
+                    except (TypeError, ValueError, IndexError):
+                        raise GpuauditError(f"malformed response from {prom.t.url}: a point of "
+                                            "kube_node_labels is not [time, value]") from None
             for item in prom.query_range(query, first, last, step_s):
                 labels = item["metric"]
                 key = tuple(str(labels.get(k, "")) for k in _KEY)
@@ -103,6 +130,7 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
             prom.pc.close()
     out = KubeImport(start, end)
     pods: set[tuple[str, str, str]] = set()
+    unlabelled: set[str] = set()
     for (namespace, pod, uid, node, resource), series in sorted(points.items()):
         if not node:
             out.skipped["no node label"] = out.skipped.get("no node label", 0) + 1
@@ -112,16 +140,35 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
                 continue
             gpus, mig = gpu_equivalents(resource, count)
             pods.add((namespace, pod, uid))
+            gpu_product = _product(products.get(node, {}), run_start, run_end)
+            if gpu_product is None:
+                unlabelled.add(node)
             out.rows.append({
                 "job_id": f"{namespace}/{pod}", "job_id_raw": uid or None, "user": None, "account": None,
-                "partition": None, "namespace": namespace or None, "host": node, "gpus": gpus, "gpu_type": None,
+                "partition": None, "namespace": namespace or None, "host": node, "gpus": gpus,
+                "gpu_type": gpu_product, "gpu_model": model_key(gpu_product) if gpu_product else None,
                 "mig_profile": mig,
                 "start_ts": datetime.fromtimestamp(run_start, UTC),
                 "end_ts": datetime.fromtimestamp(run_end, UTC),
                 "state": "Running", "source": SOURCE,
             })
     out.pods = len(pods)
+    if unlabelled and not products:
+        out.warnings.append(f"kube_node_labels has no {PRODUCT_LABEL}: the GPU model of the Kubernetes "
+                            f"allocations is left empty (run kube-state-metrics with {ALLOWLIST_FLAG}; GPU feature "
+                            "discovery sets the node label)")
+    elif unlabelled:
+        shown = sorted(unlabelled)
+        out.warnings.append(f"{len(shown)} of the nodes with GPU allocations had no nvidia.com/gpu.product label "
+                            f"in kube_node_labels while their pods ran (e.g. {shown[0]}): the GPU model of their "
+                            "allocations is left empty (is GPU feature discovery running there?)")
     return out
+
+
+def _product(at: dict[int, str], run_start: int, run_end: int) -> str | None:
+    """The node's GPU product at the last evaluation of (run_start, run_end] that has one."""
+    seen = [t for t in at if run_start < t <= run_end]
+    return at[max(seen)] if seen else None
 
 
 def _runs(series: dict[int, float], step_s: int) -> list[tuple[int, int, float]]:
@@ -146,4 +193,5 @@ def import_kubernetes(root: Any, client: PromClient | Transport, start: datetime
     from gpuaudit.importer.allocations import store_rows
 
     got = import_rows(client, start, end, step_s, selector=selector, max_points=max_points)
-    return store_rows(root, got.rows, SOURCE, got.pods, got.skipped, {}, window=(got.start, got.end))
+    return store_rows(root, got.rows, SOURCE, got.pods, got.skipped, {}, window=(got.start, got.end),
+                      warnings=got.warnings)

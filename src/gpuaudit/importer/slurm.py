@@ -16,12 +16,25 @@ Facts of the format this relies on (Slurm's sacct man page and src/sacct/print.c
 - AllocTRES is `billing=16,cpu=16,gres/gpu:a100=2,gres/gpu=2,mem=64G,node=1`: the typed GRES (`gres/gpu:TYPE=N`)
   and the untyped total (`gres/gpu=N`), or only one of them. A MIG slice's type names its profile
   (`gres/gpu:3g.40gb=1`, or with a prefix such as `nvidia_a100_3g.40gb`): 3 of the GPU's 7 compute slices.
-- NodeList is a host list (`dgx-a100-[01-02,05]`, gpuaudit.importer.hostlist). AllocTRES counts the whole job:
-  a multi-node job's GPUs are split evenly over its nodes (sacct does not say how they were spread).
+- NodeList is a host list (`dgx-a100-[01-02,05]`, gpuaudit.importer.hostlist). AllocTRES counts the whole job.
+  How a multi-node job's GPUs were spread over its nodes comes from its steps (src/stepmgr/stepmgr.c,
+  step_set_alloc_tres): the extern step repeats the whole job's; the batch and interactive steps hold the job's
+  GRES on its first node (`gres_stepmgr_gres_on_node_as_tres(job's GRES, node 0)`), exactly; any other step
+  its own, so a step on one node is at least what that node was allocated. Per node (`per_host`): the first
+  node's GPUs from a batch or interactive step, each other node at least its one-node steps', the rest split
+  evenly over the nodes no step accounts for; where the steps say nothing (no such step, or figures that do not
+  add up) the GPUs are split evenly over all the job's nodes, and the import says for how many jobs.
+- `sacct --json` (Slurm's data_parser plugin, v0.0.43 to v0.0.46: src/plugins/data_parser/*/parsers.c) prints
+  {"jobs": [...]}: per job job_id (JobIDRaw), array {job_id, task_id {set, number}}, het {job_id, job_offset},
+  user, account, partition, state {current: [...]}, time {start, end} (UNIX seconds, or {set, number}; 0
+  while unknown), nodes (a host list), tres {allocated: [{type, name, count}]} and steps [{step {id, name},
+  nodes {range, list}, tres {allocated}}]. It is read into the same fields as the text (times in UTC: --tz
+  does not matter), through the same rules.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -33,6 +46,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpuaudit import schema
+from gpuaudit.catalog import model_key
 from gpuaudit.errors import GpuauditError
 from gpuaudit.importer import hostlist
 
@@ -55,6 +69,15 @@ class SlurmImport:
     jobs: int = 0  # job rows with GPUs (each gives one row per host)
     skipped: Counter[str] = field(default_factory=Counter)  # why job rows were left out
     examples: dict[str, str] = field(default_factory=dict)  # a job id per reason, for the message
+    even_split: int = 0  # multi-node jobs whose steps do not say how their GPUs were spread (split evenly)
+
+    def warnings(self) -> list[str]:
+        if not self.even_split:
+            return []
+        n = self.even_split
+        return [f"{n} multi-node job{'s' if n > 1 else ''} (e.g. {self.examples[EVEN_SPLIT]}): GPUs split evenly "
+                "over the nodes where their steps do not say how they were spread (import sacct --json, or the "
+                "text with its step rows, to read it from the steps)"]
 
 
 def zone(name: str | None) -> tzinfo | None:
@@ -89,6 +112,12 @@ class Gpus:
     gpus: float  # GPU equivalents (a MIG slice as its share)
     gpu_type: str | None
     mig_profile: str | None
+
+    @property
+    def model(self) -> str | None:
+        """The GRES type's catalogue key; None without a type, or with several (which GPUs a node got of each,
+        sacct does not say)."""
+        return model_key(self.gpu_type) if self.gpu_type and "," not in self.gpu_type else None
 
 
 def parse_tres(text: str, job: str) -> Gpus | None:
@@ -136,11 +165,13 @@ def _count(value: str, job: str, item: str) -> float:
 
 
 def parse_sacct(text: str, *, tz: tzinfo | None = None, now: datetime | None = None) -> SlurmImport:
-    """Allocation rows (one per job per host) from `sacct --parsable2` output. Malformed input (a line with
-    the wrong number of fields, an unknown time format, a bad AllocTRES or host list) raises GpuauditError
-    naming the line and job: nothing is imported. Jobs without GPUs, pending jobs and jobs that end before they
-    start are left out and counted."""
+    """Allocation rows (one per job per host) from `sacct --parsable2` output, or `sacct --json` output (told
+    by its first character). Malformed input (a line with the wrong number of fields, an unknown time format, a
+    bad AllocTRES or host list) raises GpuauditError naming the line and job: nothing is imported. Jobs without
+    GPUs, pending jobs and jobs that end before they start are left out and counted."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
+    if text.lstrip().startswith("{"):
+        return _parse_records(json_records(text), tz, now)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise GpuauditError("the sacct output is empty (no header line)")
@@ -153,7 +184,7 @@ def parse_sacct(text: str, *, tz: tzinfo | None = None, now: datetime | None = N
     if missing:
         raise GpuauditError(f"the sacct output's first line is not a header with {', '.join(missing)}: run sacct "
                             f"--parsable2 --format={','.join(FIELDS)} (without --noheader)")
-    out = SlurmImport()
+    records = []
     for number, line in enumerate(lines[1:], start=2):
         cells = line.split("|")
         if trailing and cells and cells[-1] == "":
@@ -162,8 +193,22 @@ def parse_sacct(text: str, *, tz: tzinfo | None = None, now: datetime | None = N
         if len(cells) != len(header):
             raise GpuauditError(f"sacct line {number} (job {job_text}): {len(cells)} fields, the header has "
                                 f"{len(header)} (a '|' inside a value? nothing was imported)")
-        row = {h: cells[i].strip() for h, i in index.items()}
-        _job_row(row, number, tz, now, out)
+        records.append((f"sacct line {number}", {h: cells[i].strip() for h, i in index.items()}))
+    return _parse_records(records, tz, now)
+
+
+def _parse_records(records: list[tuple[str, dict[str, str]]], tz: tzinfo | None, now: datetime) -> SlurmImport:
+    """Job and step records (sacct's fields, lower-case names) -> rows: steps only tell how a job's GPUs were
+    spread over its nodes."""
+    steps: dict[str, list[dict[str, str]]] = {}
+    for _where, row in records:
+        job, dot, _step = row["jobid"].partition(".")
+        if dot:
+            steps.setdefault(job, []).append(row)
+    out = SlurmImport()
+    for where, row in records:
+        if "." not in row["jobid"]:
+            _job_row(row, where, tz, now, out, steps.get(row["jobid"], []))
     return out
 
 
@@ -172,17 +217,16 @@ def _skip(out: SlurmImport, reason: str, job: str) -> None:
     out.examples.setdefault(reason, job)
 
 
-def _job_row(row: dict[str, str], number: int, tz: tzinfo | None, now: datetime, out: SlurmImport) -> None:
+def _job_row(row: dict[str, str], where: str, tz: tzinfo | None, now: datetime, out: SlurmImport,
+             steps: list[dict[str, str]]) -> None:
     job = row["jobid"]
-    if "." in job:
-        return  # a step: the allocation is the job row's
     state = row["state"].split(" ")[0].rstrip("+").upper() or "UNKNOWN"
     if "[" in job or state == "PENDING" or row["start"].lower() in _NOT_STARTED \
             or row["nodelist"].lower() in _NO_NODES:
         _skip(out, "pending (no allocation yet)", job)
         return
     if not _JOB_ID.fullmatch(job):
-        raise GpuauditError(f"sacct line {number}: bad JobID {job!r}")
+        raise GpuauditError(f"{where}: bad JobID {job!r}")
     gpus = parse_tres(row["alloctres"], job)
     if gpus is None:
         _skip(out, "no GPU in AllocTRES", job)
@@ -199,14 +243,162 @@ def _job_row(row: dict[str, str], number: int, tz: tzinfo | None, now: datetime,
     hosts = hostlist.expand(row["nodelist"])
     raw = row.get("jobidraw") or None
     out.jobs += 1
+    shares, said = per_host(hosts, gpus.gpus, steps)
+    if not said:
+        out.even_split += 1
+        out.examples.setdefault(EVEN_SPLIT, job)
     for host in hosts:
         out.rows.append({
             "job_id": job, "job_id_raw": raw, "user": row.get("user") or None,
             "account": row.get("account") or None, "partition": row.get("partition") or None,
-            "namespace": None, "host": host, "gpus": gpus.gpus / len(hosts), "gpu_type": gpus.gpu_type,
-            "mig_profile": gpus.mig_profile, "start_ts": start, "end_ts": end,
+            "namespace": None, "host": host, "gpus": shares[host], "gpu_type": gpus.gpu_type,
+            "gpu_model": gpus.model, "mig_profile": gpus.mig_profile, "start_ts": start, "end_ts": end,
             "state": "RUNNING" if running else state, "source": SOURCE,
         })
+
+
+_EPS = 1e-9
+EVEN_SPLIT = "split evenly"  # the examples' key of a multi-node job whose steps do not say how
+
+
+def per_host(hosts: list[str], total: float, steps: list[dict[str, str]]) -> tuple[dict[str, float], bool]:
+    """(GPUs per host, whether the steps said how) for a job of `total` GPU equivalents on `hosts` (see the
+    module doc). A one-node job: all of them there."""
+    if len(hosts) == 1:
+        return {hosts[0]: total}, True
+    exact: dict[str, float] = {}
+    least: dict[str, float] = {}
+    for step in steps:
+        try:
+            got = parse_tres(step.get("alloctres", ""), step["jobid"])
+            on = hostlist.expand(step.get("nodelist", ""))
+        except GpuauditError:
+            continue  # a step is only a hint: an unreadable one says nothing
+        if got is None:
+            continue
+        kind = step["jobid"].rpartition(".")[2]
+        if kind in ("batch", "interactive"):
+            exact[hosts[0]] = got.gpus  # the job's GRES on its first node, whichever node the step ran on
+        elif kind != "extern" and len(on) == 1 and on[0] in hosts:
+            least[on[0]] = max(least.get(on[0], 0.0), got.gpus)
+    rest = total - sum(exact.values())
+    fixed = dict(exact)
+    while True:  # the most even split the steps allow: a node's share never below its own steps'
+        free = [h for h in hosts if h not in fixed]
+        share = (rest - sum(v for h, v in fixed.items() if h not in exact)) / len(free) if free else 0.0
+        over = [h for h in free if least.get(h, 0.0) > share + _EPS]
+        if not over:
+            break
+        fixed.update({h: least[h] for h in over})
+    if share < -_EPS or any(least.get(h, 0.0) > fixed.get(h, share) + _EPS for h in hosts) or \
+            (not free and abs(sum(fixed.values()) - total) > _EPS):
+        return {h: total / len(hosts) for h in hosts}, False  # the steps contradict the job: they say nothing
+    shares = {h: fixed.get(h, share) for h in hosts}
+    # Said: at most one node's share is left to the even split (the rest follows from the total).
+    return shares, len(free) <= 1
+
+
+def json_records(text: str) -> list[tuple[str, dict[str, str]]]:
+    """`sacct --json` output as job and step records in the text's fields (see the module doc)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GpuauditError(f"the sacct --json output is not JSON: {e.msg} at line {e.lineno}") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise GpuauditError("the sacct --json output has no \"jobs\" list (is it sacct --json output?)")
+    out: list[tuple[str, dict[str, str]]] = []
+    for i, job in enumerate(jobs):
+        where = f"sacct --json jobs[{i}]"
+        if not isinstance(job, dict) or not isinstance(job.get("job_id"), int):
+            raise GpuauditError(f"{where}: not a job with a numeric job_id")
+        raw = str(job["job_id"])
+        ident = _json_job_id(job, raw)
+        t = _dict(job.get("time"))
+        out.append((where, {
+            "jobid": ident, "jobidraw": raw, "user": _text(job.get("user")), "account": _text(job.get("account")),
+            "partition": _text(job.get("partition")), "state": _state(job.get("state"), where),
+            "start": _when(t.get("start"), where, "time.start"), "end": _when(t.get("end"), where, "time.end"),
+            "nodelist": _text(job.get("nodes")), "alloctres": _tres(_dig(job, "tres", "allocated"), where)}))
+        for k, step in enumerate(job.get("steps") or []):
+            if not isinstance(step, dict):
+                continue
+            kind = str(_dig(step, "step", "id") or "").rpartition(".")[2] or str(_dig(step, "step", "name") or k)
+            nodes = _dig(step, "nodes", "list")
+            out.append((f"{where}.steps[{k}]", {
+                "jobid": f"{ident}.{kind}",
+                "nodelist": ",".join(map(str, nodes)) if isinstance(nodes, list) else _text(_dig(step, "nodes",
+                                                                                                   "range")),
+                "alloctres": _tres(_dig(step, "tres", "allocated"), where)}))
+    return out
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _dig(d: Any, *path: str) -> Any:
+    for key in path:
+        d = d.get(key) if isinstance(d, dict) else None
+    return d
+
+
+def _number(v: Any) -> int | None:
+    """data_parser's numbers: plain, or {"set": bool, "infinite": bool, "number": n}."""
+    if isinstance(v, dict):
+        return int(v["number"]) if v.get("set") and isinstance(v.get("number"), int) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _text(v: Any) -> str:
+    return v.strip() if isinstance(v, str) else ""
+
+
+def _json_job_id(job: dict[str, Any], raw: str) -> str:
+    """JobID as sacct's text prints it: 123, 123_4 (array task), 123_[5-9] (pending array), 123+0 (het)."""
+    array, het = _dict(job.get("array")), _dict(job.get("het"))
+    task, het_job, offset = _number(array.get("task_id")), _number(het.get("job_id")), _number(het.get("job_offset"))
+    if _number(array.get("job_id")):
+        if task is not None:
+            return f"{_number(array.get('job_id'))}_{task}"
+        if _text(array.get("task")):
+            return f"{_number(array.get('job_id'))}_[{_text(array.get('task'))}]"
+    if het_job and offset is not None:
+        return f"{het_job}+{offset}"
+    return raw
+
+
+def _state(v: Any, where: str) -> str:
+    current = v.get("current") if isinstance(v, dict) else v
+    if isinstance(current, list) and current and all(isinstance(c, str) for c in current):
+        return current[0]  # the base state first, then its flags
+    if isinstance(current, str):
+        return current
+    raise GpuauditError(f"{where}: no state.current")
+
+
+def _when(v: Any, where: str, what: str) -> str:
+    """A UNIX time as an ISO time with its offset (0 or unset: Unknown)."""
+    n = _number(v)
+    if v is not None and n is None and not isinstance(v, dict):
+        raise GpuauditError(f"{where}: bad {what} {v!r} (expected UNIX seconds)")
+    return datetime.fromtimestamp(n, UTC).isoformat() if n else "Unknown"
+
+
+def _tres(v: Any, where: str) -> str:
+    """tres.allocated [{type, name, count}] as AllocTRES text (gres/gpu:a100=2,...); other TRES left out."""
+    if v is None:
+        return ""
+    if not isinstance(v, list):
+        raise GpuauditError(f"{where}: tres.allocated is not a list")
+    parts = []
+    for t in v:
+        if isinstance(t, dict) and t.get("type") == "gres" and isinstance(t.get("name"), str):
+            count = t.get("count")
+            if not isinstance(count, int) or count < 0:
+                raise GpuauditError(f"{where}: bad TRES count {count!r} for gres/{t['name']}")
+            parts.append(f"gres/{t['name']}={count}")
+    return ",".join(parts)
 
 
 def sacct_command(start: datetime, end: datetime) -> list[str]:
@@ -242,4 +434,6 @@ def import_sacct(root: Any, text: str, *, tz: tzinfo | None = None, now: datetim
     from gpuaudit.importer.allocations import store_rows
 
     parsed = parse_sacct(text, tz=tz, now=now)
-    return store_rows(root, parsed.rows, SOURCE, parsed.jobs, parsed.skipped, parsed.examples)
+    examples = {k: v for k, v in parsed.examples.items() if k != EVEN_SPLIT}
+    return store_rows(root, parsed.rows, SOURCE, parsed.jobs, parsed.skipped, examples,
+                      warnings=parsed.warnings())

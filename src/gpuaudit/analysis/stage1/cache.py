@@ -283,7 +283,7 @@ def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | No
 
 
 _GPU_HOUR = ["gpu_uuid", "mig_instance", "hour_s"]  # the de-duplication's unit (analysis_streams.sql windows)
-_HOLDER = ["host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod"]
+_HOLDER = ["host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod", "pod_uid"]
 
 
 def union_span(a: list[float | None], b: list[float | None]) -> list[float | None]:

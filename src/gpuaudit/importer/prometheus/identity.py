@@ -46,6 +46,7 @@ class SeriesIdentity:
     k8s_pod: str | None
     k8s_namespace: str | None
     container: str | None
+    pod_uid: str | None  # the workload pod's UID (dcgm-exporter's pod_uid), only with a workload pod
     pod_style: str | None  # the pod label the workload came from
     exporter_pods_skipped: int  # styles skipped because their pod was the exporter
     job_id: str | None
@@ -135,7 +136,8 @@ def identify(labels: dict[str, str], names: dict[str, tuple[str, ...]], exporter
         host=host, host_label=host_label, host_rank=rank, host_suspect=suspect, gpu_uuid=uuid,
         gpu_index=gpu_index, gpu_name=name, mig_instance=mig if mig is not None else NO_MIG, mig_profile=profile,
         mig_device=mig_device, parent_ref=parent_ref, k8s_pod=pod, k8s_namespace=namespace or None,
-        container=container or None, pod_style=style, exporter_pods_skipped=skipped, job_id=first("job_id")[1],
+        container=container or None, pod_uid=first("pod_uid")[1] if pod is not None else None, pod_style=style,
+        exporter_pods_skipped=skipped, job_id=first("job_id")[1],
         user=first("user")[1], share=share)
 
 
@@ -161,4 +163,5 @@ def node_label_hint(labels: dict[str, str], host_labels: tuple[str, ...]) -> str
 
 def as_tuple(s: SeriesIdentity) -> tuple[Any, ...]:
     return (s.host, s.host_rank, s.gpu_uuid, s.gpu_index, s.gpu_name, s.mig_instance, s.mig_profile,
-            s.mig_device, s.parent_ref, s.k8s_pod, s.k8s_namespace, s.container, s.job_id, s.user, s.share)
+            s.mig_device, s.parent_ref, s.k8s_pod, s.k8s_namespace, s.container, s.pod_uid, s.job_id, s.user,
+            s.share)

@@ -45,7 +45,8 @@ SERIES_SCHEMA = {
     "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "part": pl.Utf8, "skey": pl.Int64,
     "host": pl.Utf8, "host_rank": pl.Int32, "gpu_uuid": pl.Utf8, "gpu_index": pl.Int32, "gpu_name": pl.Utf8,
     "mig_instance": pl.Int32, "mig_profile": pl.Utf8, "mig_device": pl.Boolean, "parent_ref": pl.Utf8,
-    "k8s_pod": pl.Utf8, "k8s_namespace": pl.Utf8, "container": pl.Utf8, "job_id": pl.Utf8, "user": pl.Utf8,
+    "k8s_pod": pl.Utf8, "k8s_namespace": pl.Utf8, "container": pl.Utf8, "pod_uid": pl.Utf8, "job_id": pl.Utf8,
+    "user": pl.Utf8,
     "share": pl.Boolean,
 }
 
@@ -209,7 +210,8 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
         measured.replace_strict(sources, return_dtype=pl.Utf8).alias("source"),
     )
     processes = procs.select(_ts(), "host", "gpu_uuid", _mig(), pl.lit(None, pl.Int32).alias("pid"), "user",
-                             "job_id", "k8s_namespace", "k8s_pod", "container", "mem_used_bytes", "sm_util")
+                             "job_id", "k8s_namespace", "k8s_pod", "pod_uid", "container", "mem_used_bytes",
+                             "sm_util")
     return samples, processes
 
 
@@ -331,7 +333,7 @@ def _energy(long: pl.DataFrame, state: ImportState, factor: float) -> pl.DataFra
 
 
 def _processes(long: pl.DataFrame, shares: pl.DataFrame, wide: pl.DataFrame, factor: Any) -> pl.DataFrame:
-    who = ["k8s_pod", "k8s_namespace", "container", "job_id", "user"]
+    who = ["k8s_pod", "k8s_namespace", "container", "pod_uid", "job_id", "user"]
     has = pl.col("k8s_pod").is_not_null() | pl.col("job_id").is_not_null() | pl.col("user").is_not_null()
     procs = pl.concat([long.filter(has).select(*KEY, "ts", *who), shares.select(*KEY, "ts", *who)]).unique()
     pod = [*KEY, "ts", "k8s_pod", "k8s_namespace", "container"]
