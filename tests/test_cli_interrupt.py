@@ -1,4 +1,4 @@
-"""Ctrl-C and hostile paths end a command with one line, never a traceback (issue 16, item 3).
+"""Ctrl-C and hostile paths end a command with one line, never a traceback.
 
 Ctrl-C is a real SIGINT sent to a real `gpuaudit` subprocess while DuckDB runs a query that never ends on its
 own: `sql` runs `range(10^13)`; for `analyze`, `report` and the analysis half of `demo`, a sitecustomize hook

@@ -1,5 +1,5 @@
-"""Usage errors and option values as one `gpuaudit: error: ...` line (issue 16, item 9), and every warning through
-one escaping logger (item 7). The real CLI in a subprocess."""
+"""Usage errors and option values as one `gpuaudit: error: ...` line, and every warning through one escaping
+logger. The real console script where its exit status is what is tested."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Node hygiene (issue 16, item 11): a compaction timer beside the systemd unit and a compaction DaemonSet beside
-the hostPath DaemonSet; the agent unit hardened (`systemd-analyze security` <= 2.5); the DaemonSets probe the
-agent with `agent status`, mount no service account token, and run at a priority that never preempts a workload.
+"""Node hygiene: a compaction timer beside the systemd unit and a compaction DaemonSet beside the hostPath
+DaemonSet; the agent unit hardened (`systemd-analyze security` <= 2.5); the DaemonSets probe the agent with
+`agent status`, mount no service account token, and run at a priority that never preempts a workload.
 Checked with the real `systemd-analyze` (verify and security) and the Kubernetes schema (kubernetes-validate)."""
 
 from __future__ import annotations

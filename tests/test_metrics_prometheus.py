@@ -1,8 +1,9 @@
-"""Issue 28: the agent's Prometheus endpoint (`agent run --metrics-listen`), its alert rules and dashboard.
+"""The agent's Prometheus endpoint (`agent run --metrics-listen`), its alert rules and dashboard.
 
-A real agent (the real sampler over the fake NVML) serves its interval averages; a real Prometheus on
-127.0.0.1 scrapes it every second; promtool checks the exposition and the rules and runs the rules' unit
-tests. Waits are on the agent's interval counter and on Prometheus' answers, never on wall-clock sleeps.
+A real agent (the real sampler over the fake NVML, on a virtual clock that moves only while the agent sleeps,
+so each interval's averages are exact) serves its interval averages; a real Prometheus on 127.0.0.1 scrapes it
+every second; promtool checks the exposition and the rules and runs the rules' unit tests. Waits are on the
+agent's interval counter and on Prometheus' answers, never on wall-clock sleeps.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Findings of an adversarial review of the reader, `gpuaudit sql`, compaction records and the JSON files gpuaudit
-reads: each test fails on the code before its fix."""
+"""What the reader, `gpuaudit sql`, compaction records and gpuaudit's JSON files accept: a percent-valued file
+is excluded whole, journals that name each other, deeply nested JSON, unknown statement types, `--out`,
+out-of-range timestamps and CSV on stdout each end in a right answer or one error line, never a wrong read."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def no_traceback(r: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in r.stderr and not re.search(r"^\w+(Error|Exception)\b", r.stderr, re.M), r.stderr
 
 
-# ------------------------------------------------------------------------- 1. a percent-valued file, excluded whole
+# ---------------------------------------------------------------------------- a percent-valued file, excluded whole
 
 
 def _idle_fleet(root: Path) -> Path:
@@ -95,7 +96,7 @@ def test_compact_leaves_a_percent_file_out_of_the_merge(tmp_path: Path) -> None:
     assert count(root) == 1439 + 20
 
 
-# -------------------------------------------------------------------------- 3. journals that name each other
+# ----------------------------------------------------------------------------- journals that name each other
 
 
 def _cycle(root: Path) -> tuple[Path, str, str]:
@@ -139,7 +140,7 @@ def test_a_chain_of_compactions_still_hides_its_inputs(tmp_path: Path) -> None:
     assert count(root) == 20
 
 
-# ------------------------------------------------------------------------------------- 4. deeply nested JSON
+# ---------------------------------------------------------------------------------------- deeply nested JSON
 
 
 def test_read_json_file_turns_every_failure_into_value_error(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_deeply_nested_json_files_are_malformed_not_a_crash(tmp_path: Path) -> N
     assert count(tmp_path / "target") == 40
 
 
-# ------------------------------------------------------------------------------- 5. unknown statement types
+# ---------------------------------------------------------------------------------- unknown statement types
 
 
 @pytest.fixture
@@ -195,7 +196,7 @@ def test_update_extensions_is_refused_in_one_line(data: Path, query: str) -> Non
     one_error_line(run_cli("sql", "-d", str(data), query), "refused", "read-only")
 
 
-# ---------------------------------------------------------------------------------------------- 7. --out
+# ------------------------------------------------------------------------------------------------- --out
 
 
 def test_out_below_a_regular_file_is_one_line(data: Path, tmp_path: Path) -> None:
@@ -216,7 +217,7 @@ def test_out_with_an_unknown_user_is_one_line(data: Path) -> None:
     one_error_line(run_cli("sql", "-d", str(data), "SELECT 1", "--out", "~nouser-gpuaudit/x.csv"), "~")
 
 
-# ------------------------------------------------------------------------------- 8. out-of-range timestamps
+# ---------------------------------------------------------------------------------- out-of-range timestamps
 
 
 @pytest.mark.parametrize("value", ["infinity", "-infinity", "294247-01-10"])
@@ -243,7 +244,7 @@ def test_timestamps_python_cannot_hold_in_parquet(data: Path, tmp_path: Path, va
         assert pq.read_table(out).num_rows == 1
 
 
-# ------------------------------------------------------------------------------------ 9. CSV on stdout
+# --------------------------------------------------------------------------------------- CSV on stdout
 
 
 def test_csv_on_stdout_escapes_control_characters_and_a_file_keeps_them(data: Path, tmp_path: Path) -> None:
@@ -256,7 +257,7 @@ def test_csv_on_stdout_escapes_control_characters_and_a_file_keeps_them(data: Pa
     assert out.read_bytes() == '"a"\n"\x1b[31mred\rx\x9b"\n'.encode()
 
 
-# ------------------------------------------------------------------------------------------------ 10. minor
+# --------------------------------------------------------------------------------------------------- minor
 
 
 def test_a_boolean_fraction_column_excludes_its_file(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The economics defects a finance review found (each failed on the code before the fix): like-for-like
-break-even, one consistent verdict, honest bounds when SM activity was not measured, what-if plans kept out
-of "cheapest", sunk capital, coverage gaps, and the hybrid cross-check."""
+"""One consistent decision: a like-for-like break-even, one verdict everywhere, honest bounds when SM activity
+was not measured, what-if plans kept out of "cheapest", sunk capital, coverage gaps, and the hybrid's
+cross-check."""
 
 from __future__ import annotations
 
