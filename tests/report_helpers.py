@@ -164,7 +164,10 @@ def _visit(cdp: _Cdp, path: Path, screenshot: Path | None, dark: bool, probes: d
     cdp.events.clear()
     cdp.call("Page.navigate", url=url)
     cdp.wait_event("Page.loadEventFired", 60)
-    time.sleep(0.3)  # let late console messages arrive
+    # A barrier, not a pause: once the page has run a frame and its queued tasks, the console messages they
+    # made were sent before this call's answer (CDP keeps order), and cdp.call collected them.
+    cdp.call("Runtime.evaluate", awaitPromise=True,
+             expression="new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)))")
 
     def evaluate(expr: str) -> Any:
         res = cdp.call("Runtime.evaluate", expression=expr, returnByValue=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import require_binary, run_cli, serving
+from tests.helpers import START, require_binary, run_cli, serving
 from tests.prom_helpers import free_port
 
 from gpuaudit.errors import GpuauditError
@@ -25,7 +25,6 @@ from gpuaudit.importer.promclient import transport
 from gpuaudit.importer.prometheus import import_prometheus
 from gpuaudit.importer.prometheus.mapping import build_mapping
 
-START = datetime(2026, 1, 5, tzinfo=UTC)
 END = START + timedelta(hours=2)
 GOOD_TOKEN = "tok-123"
 

@@ -15,24 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tests.analysis_helpers import T0, gpu_rows, write
-from tests.helpers import run_cli
+from tests.helpers import one_error_line, run_cli
 from tests.store_helpers import _fragmented, count, raw_file, samples_frame
 
 from gpuaudit import schema, store
 from gpuaudit.util import jsonio
 
 DEEP = "[" * 5000 + "]" * 5000  # deeper than Python's recursion limit
-
-
-def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The one `gpuaudit: error:` line of a failed command (exit 2, no traceback), holding every needle."""
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    no_traceback(r)
-    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuaudit: error: ")]
-    assert len(lines) == 1, r.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def no_traceback(r: subprocess.CompletedProcess[str]) -> None:

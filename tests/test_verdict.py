@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
+from tests.helpers import START
 
 from gpuaudit import schema
 from gpuaudit.analysis import analyze, analyze_rollups
@@ -16,8 +17,6 @@ from gpuaudit.analysis.config import load_config
 from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.report.sections import build_report
 from gpuaudit.sim import bulk as sim
-
-START = dt.datetime(2026, 9, 7, tzinfo=dt.UTC)
 
 
 def _scenarios(r):  # type: ignore[no-untyped-def]
