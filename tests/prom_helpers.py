@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from tests.helpers import START
+from tests.helpers import START, wait_until
 
 DAYS = 7
 SPACING_S = 60  # scrape interval (well under the 5-minute lookback)
@@ -259,17 +258,18 @@ def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float =
              "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"],
             stdout=out, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
     server = PromServer(url=f"http://127.0.0.1:{port}", proc=proc, log=log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"prometheus exited ({proc.returncode}): {log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    return server
+                return bool(r.status == 200)
         except OSError:
-            pass
-        time.sleep(0.2)
+            return False
+
+    if wait_until(ready, timeout_s, poll_s=0.2):
+        return server
     server.stop()
     raise RuntimeError(f"prometheus not ready after {timeout_s}s: {log.read_text()[-2000:]}")
 
