@@ -156,7 +156,11 @@ def test_deeply_nested_json_files_are_malformed_not_a_crash(tmp_path: Path) -> N
     r = run_cli("agent", "status", "-d", str(root), "--host", "h", "--simulate", "idle")
     no_traceback(r)
     r = run_cli("simulate", "-d", str(root), "--gpus", "8", "--days", "1", "--force")
-    one_error_line(r, "not written by `gpuaudit simulate`")
+    # The unreadable simulation.json is named in a warning, then the refusal is the one error line.
+    warning, error = r.stderr.strip().splitlines()
+    assert warning.startswith("gpuaudit: warning: ignoring unreadable") and "simulation.json" in warning, warning
+    one_error_line(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, error), "not written by `gpuaudit "
+                   "simulate`")
     r = run_cli("compact", "-d", str(root))
     assert r.returncode == 0, r.stderr
     assert count(root) == 40
