@@ -91,7 +91,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     from gpuaudit.cli import app
     from gpuaudit.cli._usage import run
 
-    out, err = io.BytesIO(), io.BytesIO()
+    class Kept(io.BytesIO):
+        def close(self) -> None:  # a command may close its stderr (a broken pipe): what it wrote is kept
+            pass
+
+    out, err = Kept(), Kept()
     streams = (sys.stdin, sys.stdout, sys.stderr, sys.argv)
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()
@@ -122,8 +126,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
             finally:
                 logging.captureWarnings(False)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError):  # closed by the command
+                stream.flush()
         stdout, stderr = out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
         sys.stdin, sys.stdout, sys.stderr, sys.argv = streams
         os.chdir(saved_cwd)
