@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-full
 DEVSTAMP = $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench fmt clean
+.PHONY: demo test test-under-load lint bench fmt clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,19 @@ demo: $(STAMP)
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 -q --durations=15
+
+# The files whose tests run real processes, threads and clocks, with both cores kept busy by two spinning
+# processes for the whole run: they must pass on a loaded machine (they wait on events and counts, never on
+# speed). The trap ends the spinners however pytest ends.
+LOAD_TESTS = tests/test_agent_*.py tests/test_collection.py tests/test_push.py tests/test_selftest*.py \
+	tests/test_store_concurrency.py tests/test_import_concurrency.py tests/test_metrics_prometheus.py
+test-under-load: $(DEVSTAMP)
+	@$(BIN)/python -c 'while True: pass' & s1=$$!; \
+	$(BIN)/python -c 'while True: pass' & s2=$$!; \
+	trap 'kill $$s1 $$s2 2>/dev/null' EXIT INT TERM; \
+	echo "two spinners (pids $$s1 $$s2) keep both cores busy"; \
+	$(BIN)/pytest -n 2 -q --durations=15 $(LOAD_TESTS)
 
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -1,7 +1,9 @@
-"""Fixtures for the agent tests: a manual clock and scripted step loads for the fake NVML."""
+"""Fixtures for the agent tests: a manual clock, a virtual clock for a whole running agent, and scripted step
+loads for the fake NVML."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,6 +24,29 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+class _VirtualWake(threading.Event):
+    """The agent's wake-up event on a ManualClock: a sleep that is not woken moves the clock by exactly the
+    time asked for. `real`: the sleep also passes in real time (paced for a scraper outside the process)."""
+
+    def __init__(self, clock: ManualClock, real: bool) -> None:
+        super().__init__()
+        self.clock, self.real = clock, real
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woke = super().wait(timeout if self.real else 0)
+        if not woke and timeout is not None:
+            self.clock.advance(timeout)
+        return woke
+
+
+def on_virtual_time(agent: Any, clock: ManualClock, *, real: bool = False) -> None:
+    """Run `agent` (built with mono=clock, its fake NVML with clock=clock) on virtual time: the clock moves
+    only while the agent sleeps, so every tick lands exactly on its grid and every interval is as long as
+    configured, whatever the machine's speed. Without `real` a run of any --duration takes no real time.
+    Intervals and the fake's resolution should be binary fractions (0.125, 0.0625) so that the grid is exact."""
+    agent.wake = _VirtualWake(clock, real)
 
 
 def step_load(t0: float, steps: Sequence[tuple[float, fakenvml.Load]], n_units: int,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,20 @@ import pytest
 from gpuaudit import schema, store
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Where simulated and imported test data begin: a Monday, so a day-of-week pattern starts on its first day.
+START = datetime(2026, 9, 7, tzinfo=UTC)
+
+# (GPUs, days, interval_s) of each simulated scenario in the simulator's and the analysis' tests: small fleets at
+# coarse intervals keep them fast, large and long enough for each scenario's truth to show (and a week at least,
+# analysis.bootstrap_min_days, so the analysis claims its intervals).
+SIZES: dict[str, tuple[int, int, int]] = {
+    "phantom": (64, 14, 600),
+    "idle-cluster": (128, 7, 900),
+    "steady-training": (32, 7, 600),
+    "bursty-agents": (256, 7, 900),
+    "mixed": (128, 7, 900),
+}
 
 
 def in_ci() -> bool:
@@ -36,15 +51,129 @@ def require_binary(name: str, how: str) -> str:
     raise AssertionError("unreachable")
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+def run_bin(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 300, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `gpuaudit ARGS` in a subprocess exactly as a user would (the installed console script's module);
-    `input_text` is its standard input."""
+    """Run `gpuaudit ARGS` in a fresh interpreter exactly as a user would (the installed console script's
+    module); `input_text` is its standard input. For what only a real process shows: its exit status as the
+    shell sees it, signals, what child processes write to the inherited stderr, a fresh interpreter's imports."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "gpuaudit", *args],
         capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout, input=input_text,
     )
+
+
+# The warning filters of a fresh interpreter (Python's defaults): a command run in-process shows the warnings a
+# user would see, not pytest's selection of them.
+_DEFAULT_FILTERS: tuple[tuple[str, type[Warning]], ...] = (
+    ("ignore", DeprecationWarning), ("ignore", PendingDeprecationWarning), ("ignore", ImportWarning),
+    ("ignore", ResourceWarning),
+)
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 300, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `gpuaudit ARGS` in this process through the console script's own entry (`gpuaudit.cli._usage.run`):
+    the same parsing, error lines and exit status as `run_bin`, without starting an interpreter. The
+    environment, working directory, standard streams, logging and warning state are the command's for the
+    call and restored after it. `timeout` is accepted for run_bin's signature (nothing here can hang on a
+    child). An exception that escapes is what the interpreter would do with it: a traceback, exit 1.
+
+    `agent run` and `push --follow` always run in a fresh interpreter (run_bin): they install signal handlers,
+    fork writers and start uploader children that write to the inherited stderr."""
+    if args[:2] == ("agent", "run") or (args[:1] == ("push",) and "--follow" in args):
+        return run_bin(*args, env=env, cwd=cwd, timeout=timeout, input_text=input_text)
+    import io
+    import logging
+    import traceback
+    import warnings
+
+    from gpuaudit.cli import app
+    from gpuaudit.cli._usage import run
+
+    class Kept(io.BytesIO):
+        def close(self) -> None:  # a command may close its stderr (a broken pipe): what it wrote is kept
+            pass
+
+    out, err = Kept(), Kept()
+    streams = (sys.stdin, sys.stdout, sys.stderr, sys.argv)
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    root, ours = logging.getLogger(), logging.getLogger("gpuaudit")
+    saved_logging = (root.handlers[:], root.level, ours.handlers[:], ours.level, ours.propagate)
+    sys.stdin = io.TextIOWrapper(io.BytesIO((input_text or "").encode()), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    sys.argv = ["gpuaudit", *args]
+    os.environ.update(env or {})
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category in _DEFAULT_FILTERS:
+                warnings.simplefilter(action, category)  # type: ignore[arg-type]
+            try:
+                code = run(app)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+            finally:
+                logging.captureWarnings(False)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError):  # closed by the command
+                stream.flush()
+        stdout, stderr = out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
+        sys.stdin, sys.stdout, sys.stderr, sys.argv = streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        root.handlers[:], ours.handlers[:] = saved_logging[0], saved_logging[2]
+        root.setLevel(saved_logging[1])
+        ours.setLevel(saved_logging[3])
+        ours.propagate = saved_logging[4]
+    return subprocess.CompletedProcess(["gpuaudit", *args], code, stdout, stderr)
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
+    """Poll `condition` until it holds (True) or `timeout_s` passes (False). For a state another process or
+    thread reaches: the timeout is generous, a failure on a loaded machine only ever waits longer."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    pace = threading.Event()
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        pace.wait(poll_s)  # pacing the polls, not a wait for the result
+
+
+UNIT_BINARY = "/opt/gpuaudit/bin/gpuaudit"  # the console script the systemd units run (agents/README.md's venv)
+
+
+def systemd_verify(units: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`systemd-analyze verify` on unit files given as {file name: text}, with ExecStart pointed at this
+    checkout's console script (verify checks that the binary exists)."""
+    systemd_analyze = require_binary("systemd-analyze", "install systemd (apt-get install systemd)")
+    candidates = [REPO / ".venv" / "bin" / "gpuaudit", Path(sys.executable).parent / "gpuaudit",
+                  Path(shutil.which("gpuaudit") or "/nonexistent")]
+    binary = next((c for c in candidates if c.exists()), None)
+    if binary is None:
+        pytest.skip("no gpuaudit console script to point ExecStart at (run `make test` to create the venv)")
+    copies = []
+    for name, text in units.items():
+        copy = tmp_path / name
+        copy.write_text(text.replace(UNIT_BINARY, str(binary)))
+        copies.append(str(copy))
+    return subprocess.run([systemd_analyze, "verify", *copies], capture_output=True, text=True, timeout=60)
 
 
 @contextlib.contextmanager
@@ -60,9 +189,10 @@ def serving(server: Any) -> Iterator[Any]:
 
 
 def one_error_line(r: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The single `gpuaudit: error: ...` line a refused command prints (exit 2, no traceback)."""
+    """The single `gpuaudit: error: ...` line a refused command prints (exit 2, no traceback, nothing else on
+    stderr), holding every needle."""
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not re.search(r"^\w+(Error|Exception)\b", r.stderr, re.M), r.stderr
     line, = r.stderr.strip().splitlines()
     assert line.startswith("gpuaudit: error: "), line
     for needle in needles:

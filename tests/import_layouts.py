@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tests.prom_helpers import OmSeries
 
 BASE = datetime(2026, 3, 2, tzinfo=UTC)
 HOURS = 4  # each layout's window
@@ -423,17 +423,11 @@ def build_all() -> dict[str, Layout]:
     return {f(i).name: f(i) for i, f in enumerate(LAYOUTS)}
 
 
-def write_openmetrics(path: Path, layouts: list[Layout]) -> None:
-    """All layouts as one OpenMetrics file: each metric family contiguous, each series in time order."""
-    families: dict[str, list[Series]] = {}
+def layout_families(layouts: list[Layout]) -> dict[str, list[OmSeries]]:
+    """All layouts' series by metric family (for prom_helpers.write_openmetrics), each in time order."""
+    families: dict[str, list[OmSeries]] = {}
     for lay in layouts:
         for s in lay.series:
-            families.setdefault(s.metric, []).append(s)
-    with path.open("w", encoding="utf-8") as out:
-        for metric, series in families.items():
-            out.write(f"# TYPE {metric} gauge\n")  # gauge even for counters: OpenMetrics counters need _total
-            for s in series:
-                text = ",".join(f'{k}="{v}"' for k, v in s.labels.items())
-                out.writelines(f"{metric}{{{text}}} {v!r} {int(ts)}\n"
-                               for v, ts in zip(s.values.tolist(), s.times.tolist(), strict=True))
-        out.write("# EOF\n")
+            families.setdefault(s.metric, []).append(
+                (s.labels, s.values.tolist(), [int(ts) for ts in s.times.tolist()]))
+    return families

@@ -14,16 +14,15 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from tests.helpers import START, wait_until
 
-START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
 DAYS = 7
 SPACING_S = 60  # scrape interval (well under the 5-minute lookback)
 OFFSET_S = 7  # samples at hh:mm:07
@@ -155,34 +154,47 @@ def build_fleet() -> list[Gpu]:
 MIG_PARENT_POWER = ("node-c", "Hostname", "GPU-c0000000-0000-0000-0000-000000000000", 0, A100)
 
 
-def write_openmetrics(path: Path, fleet: list[Gpu]) -> int:
-    """The fleet as one OpenMetrics file; returns the number of samples."""
-    times = sample_times()
-    families: dict[str, list[tuple[dict[str, str], np.ndarray, np.ndarray]]] = {}
-    for g in fleet:
-        for metric, values in g.metrics.items():
-            if g.busy_labels:  # the labelled series exists while busy, the bare one otherwise
-                families.setdefault(metric, []).append((g.labels(True), values, g.busy))
-                if not g.busy.all():
-                    families[metric].append((g.labels(False), values, ~g.busy))
-            else:
-                families.setdefault(metric, []).append((g.labels(False), values, np.ones(N, bool)))
-    host, host_label, uuid, index, model = MIG_PARENT_POWER
-    parent = {"gpu": str(index), "UUID": uuid, "modelName": model, host_label: host}
-    families.setdefault("DCGM_FI_DEV_POWER_USAGE", []).append((parent, np.full(N, 250.0), np.ones(N, bool)))
+OmSeries = tuple[dict[str, str], list[float], list[float]]  # (labels, values, sample times in Unix seconds)
+
+
+def write_openmetrics(path: Path, families: dict[str, list[OmSeries]]) -> int:
+    """Series as one OpenMetrics file for `promtool tsdb create-blocks-from openmetrics`: each metric family
+    contiguous, each series in time order; returns the number of samples."""
     n = 0
     with path.open("w", encoding="utf-8") as out:
         for metric, series in families.items():
-            out.write(f"# TYPE {metric} gauge\n")  # gauge even for the counter: OpenMetrics counters need _total
-            for labels, values, mask in series:
+            out.write(f"# TYPE {metric} gauge\n")  # gauge even for counters: OpenMetrics counters need _total
+            for labels, values, times in series:
                 text = ",".join(f'{k}="{v}"' for k, v in labels.items())
                 prefix = f"{metric}{{{text}}} "
-                # Shortest exact repr of each float: the energy counter needs all its digits.
-                out.writelines(f"{prefix}{v} {t}\n"
-                               for v, t in zip(values[mask].tolist(), times[mask].tolist(), strict=True))
-                n += int(mask.sum())
+                # Shortest exact repr of each float: an energy counter needs all its digits.
+                out.writelines(f"{prefix}{v!r} {t}\n" for v, t in zip(values, times, strict=True))
+                n += len(values)
         out.write("# EOF\n")
     return n
+
+
+def fleet_families(fleet: list[Gpu]) -> dict[str, list[OmSeries]]:
+    """The fleet's series by metric family: a GPU a pod holds has its labelled series while busy and the bare
+    one otherwise; the MIG parent reports only device-level power."""
+    times = sample_times()
+    families: dict[str, list[OmSeries]] = {}
+
+    def add(metric: str, labels: dict[str, str], values: np.ndarray, mask: np.ndarray) -> None:
+        families.setdefault(metric, []).append((labels, values[mask].tolist(), times[mask].tolist()))
+
+    for g in fleet:
+        for metric, values in g.metrics.items():
+            if g.busy_labels:
+                add(metric, g.labels(True), values, g.busy)
+                if not g.busy.all():
+                    add(metric, g.labels(False), values, ~g.busy)
+            else:
+                add(metric, g.labels(False), values, np.ones(N, bool))
+    host, host_label, uuid, index, model = MIG_PARENT_POWER
+    parent = {"gpu": str(index), "UUID": uuid, "modelName": model, host_label: host}
+    add("DCGM_FI_DEV_POWER_USAGE", parent, np.full(N, 250.0), np.ones(N, bool))
+    return families
 
 
 def expected(fleet: list[Gpu], step_s: int) -> dict[tuple[str, int | None, int], dict[str, float]]:
@@ -246,17 +258,18 @@ def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float =
              "--storage.tsdb.retention.time=10y", f"--web.listen-address=127.0.0.1:{port}"],
             stdout=out, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
     server = PromServer(url=f"http://127.0.0.1:{port}", proc=proc, log=log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"prometheus exited ({proc.returncode}): {log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    return server
+                return bool(r.status == 200)
         except OSError:
-            pass
-        time.sleep(0.2)
+            return False
+
+    if wait_until(ready, timeout_s, poll_s=0.2):
+        return server
     server.stop()
     raise RuntimeError(f"prometheus not ready after {timeout_s}s: {log.read_text()[-2000:]}")
 
@@ -276,7 +289,7 @@ def fleet_server(prometheus: str, promtool: str, work: Path) -> Iterator[tuple[P
     """Generator for a fixture: the fleet backfilled into a fresh TSDB, served, and stopped afterwards."""
     fleet = build_fleet()
     om = work / "fleet.om.txt"
-    write_openmetrics(om, fleet)
+    write_openmetrics(om, fleet_families(fleet))
     backfill(promtool, om, work / "tsdb")
     om.unlink()
     server = start_prometheus(prometheus, work / "tsdb", work)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import REPO, require_binary
+from tests.helpers import REPO, require_binary, wait_until
 
 ARTIFACTS = REPO / "test-artifacts"
 
@@ -129,11 +129,9 @@ def open_in_chromium(path: Path, screenshot: Path | None = None, *, dark: bool =
     )
     try:
         port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("chromium did not start its DevTools endpoint")
-            time.sleep(0.1)
+        if not wait_until(lambda: proc.poll() is not None or (port_file.exists() and port_file.read_text().strip())) \
+                or proc.poll() is not None:
+            raise RuntimeError("chromium did not start its DevTools endpoint")
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
             targets = json.load(r)
@@ -164,7 +162,10 @@ def _visit(cdp: _Cdp, path: Path, screenshot: Path | None, dark: bool, probes: d
     cdp.events.clear()
     cdp.call("Page.navigate", url=url)
     cdp.wait_event("Page.loadEventFired", 60)
-    time.sleep(0.3)  # let late console messages arrive
+    # A barrier, not a pause: once the page has run a frame and its queued tasks, the console messages they
+    # made were sent before this call's answer (CDP keeps order), and cdp.call collected them.
+    cdp.call("Runtime.evaluate", awaitPromise=True,
+             expression="new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)))")
 
     def evaluate(expr: str) -> Any:
         res = cdp.call("Runtime.evaluate", expression=expr, returnByValue=True)

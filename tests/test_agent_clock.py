@@ -1,5 +1,5 @@
-"""A clock that was ahead once must not hide every later row (issue 16, item 2): the agent trusts the wall
-clock (monotonic within a run), warns when its stored state is ahead, and never writes rows readers refuse."""
+"""A clock that was ahead once never hides every later row: the agent trusts the wall clock (monotonic
+within a run), warns when its stored state is ahead, and never writes rows readers refuse."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import duckdb
-from tests.helpers import REPO
+from tests.helpers import REPO, wait_until
 
 from gpuaudit.store import open_dataset, read_json
 
@@ -52,7 +52,8 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     last_n = 0
     for _ in range(KILLS):
         p = _start(root, log)
-        time.sleep(rng.uniform(0.2, 2.2))  # during start-up, sampling, mid-write, status update ...
+        # The kill lands anywhere: start-up, sampling, mid-write, status update ... (the input, not a wait).
+        time.sleep(rng.uniform(0.2, 2.2))
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)
         st = read_json(root, "agent-status-crashy.json")
@@ -61,11 +62,16 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
         n = _check(root, flushed)
         assert n >= last_n  # nothing that was visible ever disappears
         last_n = n
-    assert flushed > 0 and last_n > 0
-    # A clean run afterwards continues the same dataset without duplicates.
+    # A clean run afterwards continues the same dataset without duplicates: stopped once it has flushed.
     p = _start(root, log)
-    time.sleep(1.5)
+
+    def flushed_once() -> bool:
+        st = read_json(root, "agent-status-crashy.json")
+        return p.poll() is not None or bool(st and st["pid"] == p.pid and st["rows_written"] > 0)
+
+    assert wait_until(flushed_once), log.read_text()
     p.send_signal(signal.SIGTERM)
-    assert p.wait(timeout=30) == 0
-    assert _check(root, flushed) > last_n
+    assert p.wait(timeout=60) == 0
+    flushed += read_json(root, "agent-status-crashy.json")["rows_written"]
+    assert flushed > 0 and _check(root, flushed) > last_n
     assert "Traceback" not in log.read_text()

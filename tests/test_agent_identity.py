@@ -1,5 +1,5 @@
-"""One status file per host, and an agent that cannot start leaves nothing behind (issue 16, items 8 and 11).
-The real CLI in a subprocess, on the simulated NVML (and, for the failure, this machine's real lack of one)."""
+"""One status file per host, and an agent that cannot start leaves nothing behind. The real CLI on the
+simulated NVML (and, for the failure, this machine's real lack of one)."""
 
 from __future__ import annotations
 

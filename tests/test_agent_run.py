@@ -6,16 +6,16 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.helpers import REPO, run_cli
+from tests.agent_helpers import ManualClock, on_virtual_time
+from tests.helpers import REPO, run_cli, wait_until
 
 from gpuaudit.agent.nvml import Nvml
 from gpuaudit.agent.runner import Agent, AgentConfig, Stamper
@@ -24,13 +24,22 @@ from gpuaudit.sim import fakenvml
 from gpuaudit.sim.agentfake import build_fake, static_load
 from gpuaudit.store import open_dataset, read_json
 
+INTERVAL_S = 0.125  # binary fractions: the virtual clock's grid is exact
+FLUSH_S = 0.375
 
-def _agent(root: Path, profile: str = "h100", *, n_gpus: int = 2, load=None, **cfg) -> Agent:
+
+def _agent(root: Path, profile: str = "h100", *, n_gpus: int = 2, load=None, clock: ManualClock | None = None,
+           **cfg) -> Agent:
+    """An agent on the fake NVML and a virtual clock (tests/agent_helpers.on_virtual_time): each run takes
+    exactly its configured intervals, however busy the machine."""
+    clock = clock or ManualClock()
     prof = fakenvml.profile(profile, n_gpus)
     n_units = sum(len(g.mig or [None]) for g in prof.gpus)
-    fake = fakenvml.FakeNvml(prof, load or static_load(n_units), resolution_s=0.05)
-    config = AgentConfig(root=root, host="node-a", **{"interval_s": 0.1, "flush_interval_s": 0.3, **cfg})
-    return Agent(config, Nvml(fake), attributor=fake.attribution)
+    fake = fakenvml.FakeNvml(prof, load or static_load(n_units), clock=clock, resolution_s=INTERVAL_S / 2)
+    config = AgentConfig(root=root, host="node-a", **{"interval_s": INTERVAL_S, "flush_interval_s": FLUSH_S, **cfg})
+    agent = Agent(config, Nvml(fake), attributor=fake.attribution, mono=clock)
+    on_virtual_time(agent, clock)
+    return agent
 
 
 def _samples(root: Path) -> list[tuple]:
@@ -75,8 +84,8 @@ def test_run_writes_interval_averages_and_status(tmp_path: Path) -> None:
         assert sm == pytest.approx(0.4)
     assert len(per_gpu) == 2
     for intervals in per_gpu.values():
-        assert 7 <= len(intervals) <= 11
-        assert sum(intervals) == pytest.approx(1.0, abs=0.25)
+        assert intervals == [pytest.approx(INTERVAL_S)] * 8  # 1 s of 0.125 s intervals, none missed
+    assert st["intervals"] == 8 and st["overruns"] == 0
     status = read_json(tmp_path, "agent-status-node-a.json")
     assert status["last_flush"] and status["devices"][0]["path"] == "gpm"
 
@@ -92,29 +101,32 @@ def test_restart_continues_without_duplicates(tmp_path: Path) -> None:
 
 
 def test_overrun_is_recorded_not_hidden(tmp_path: Path) -> None:
-    base = static_load(1)
+    clock = ManualClock()
+    t0, base = clock.t, static_load(1)
     slow = {"done": False}
 
     def load(t: float):
-        if not slow["done"] and time.time() > agent.started.timestamp() + 0.35:
+        if not slow["done"] and t > t0 + 0.35:
             slow["done"] = True
-            time.sleep(0.45)  # the sampler is stuck for four ticks
+            clock.advance(0.5)  # the sampler is stuck for four ticks
         return base(t)
 
-    agent = _agent(tmp_path, n_gpus=1, load=load, duration_s=1.5)
+    agent = _agent(tmp_path, n_gpus=1, load=load, clock=clock, duration_s=1.5)
     st = agent.run()
-    assert st["overruns"] >= 1
+    assert st["overruns"] == 1
     intervals = [r[3] for r in _samples(tmp_path)]
-    assert max(intervals) >= 0.4  # the late row says how long it really covered
-    assert sum(intervals) == pytest.approx(1.5, abs=0.3)  # nothing double counted
+    assert max(intervals) >= 0.5  # the late row says how long it really covered
+    assert sum(intervals) == pytest.approx(1.5)  # nothing double counted, nothing lost
 
 
 def test_driver_reload_reinitialises_with_a_visible_gap(tmp_path: Path) -> None:
     prof = fakenvml.profile("h100", 2)
     prof.faults.append(fakenvml.Fault("Uninitialized", start_s=0.5, end_s=1.3))
-    fake = fakenvml.FakeNvml(prof, static_load(2), resolution_s=0.05)
-    agent = Agent(AgentConfig(root=tmp_path, host="n", interval_s=0.1, flush_interval_s=0.5, duration_s=2.5),
-                  Nvml(fake), attributor=fake.attribution)
+    clock = ManualClock()
+    fake = fakenvml.FakeNvml(prof, static_load(2), clock=clock, resolution_s=INTERVAL_S / 2)
+    agent = Agent(AgentConfig(root=tmp_path, host="n", interval_s=INTERVAL_S, flush_interval_s=0.5, duration_s=2.5),
+                  Nvml(fake), attributor=fake.attribution, mono=clock)
+    on_virtual_time(agent, clock)
     agent.run()
     assert fake.init_calls >= 2
     ts = sorted({r[2].timestamp() for r in _samples(tmp_path)})
@@ -130,25 +142,25 @@ def test_unwritable_data_dir_keeps_sampling_bounded_then_recovers(tmp_path: Path
     blocker = tmp_path / "blocker"
     blocker.write_text("a regular file where a directory should be (root ignores chmod)")
     root = blocker / "data"
-    agent = _agent(root, duration_s=2.0, max_buffer_rows=20, fork_writer=fork_writer)
+    clock = ManualClock()
+    t0, base = clock.t, static_load(2)
 
-    def fix() -> None:
-        time.sleep(1.2)
-        blocker.unlink()
-        blocker.mkdir()
+    def load(t: float):
+        if t > t0 + 1.25 and blocker.is_file():  # the disk is fixed while the agent samples, at 1.25 s
+            blocker.unlink()
+            blocker.mkdir()
+        return base(t)
 
-    fixer = threading.Thread(target=fix)
-    fixer.start()
+    agent = _agent(root, load=load, clock=clock, duration_s=2.0, max_buffer_rows=20, fork_writer=fork_writer)
     st = agent.run()
-    fixer.join()
-    assert st["dropped_rows"] > 0  # 2 GPUs x 10 Hz x 1.2 s of samples+processes rows > 20
+    assert st["dropped_rows"] > 0  # 2 GPUs x 8 Hz x 1.25 s of samples+processes rows > 20
     assert st["buffered_rows"] == 0 and st["flush_error"] is None
     messages = [r.getMessage() for r in caplog.records]
     assert any("event=flush_failed" in m and "Not a directory" in m for m in messages)
     assert sum("event=buffer_full" in m for m in messages) == 1  # rate-limited, not one per interval
     assert any("event=flush_recovered" in m for m in messages)
     rows = _samples(root)
-    assert 0 < len(rows) <= 20 + 2 * 10 * 1.0  # bounded buffer, then everything after recovery
+    assert 0 < len(rows) < 2 * st["intervals"]  # bounded buffer, then everything after recovery
     assert len({(r[0], r[2]) for r in rows}) == len(rows)
 
 
@@ -165,14 +177,17 @@ def test_config_is_validated() -> None:
 
 
 def test_simulated_workload_attribution(tmp_path: Path) -> None:
-    fake = build_fake("steady-training", n_gpus=8, interval_s=0.2)
-    agent = Agent(AgentConfig(root=tmp_path, host="sim", interval_s=0.2, duration_s=1.0), Nvml(fake),
-                  attributor=fake.attribution)
+    fake = build_fake("steady-training", n_gpus=8, interval_s=0.25)
+    clock = ManualClock(fake.clock())  # the scenario's load follows the date: start at today's
+    fake.clock = clock
+    agent = Agent(AgentConfig(root=tmp_path, host="sim", interval_s=0.25, duration_s=1.0), Nvml(fake),
+                  attributor=fake.attribution, mono=clock)
+    on_virtual_time(agent, clock)
     agent.run()
     with open_dataset(tmp_path) as ds:
         n, users = ds.fetchall("SELECT count(*), count(user) FROM processes")[0]
         s = ds.fetchall("SELECT count(*), count(sm_active), max(n_processes) FROM samples")[0]
-    assert s[0] >= 8 * 3 and s[1] == s[0]
+    assert s[0] == 8 * 4 and s[1] == s[0]
     assert n >= 1 and users == n  # the load model's users come through the attribution seam
 
 
@@ -185,7 +200,9 @@ def test_cli_simulate_phantom_writes_readable_data(tmp_path: Path) -> None:
     with open_dataset(tmp_path) as ds:
         n, hosts, gpus, src = ds.fetchall(
             "SELECT count(*), count(DISTINCT host), count(DISTINCT gpu_uuid), min(source) FROM samples")[0]
-    assert n >= 16 and hosts == 1 and gpus == 8 and src == "nvml-gpm"
+    intervals = read_json(tmp_path, "agent-status-sim-node.json")["intervals"]
+    assert intervals >= 1 and n == 8 * intervals  # every interval of every GPU, however many the machine ran
+    assert hosts == 1 and gpus == 8 and src == "nvml-gpm"
     st = run_cli("agent", "status", "--simulate", "phantom", "--data", str(tmp_path), "--host", "sim-node")
     assert st.returncode == 3, st.stderr  # NVML fine, but the agent has stopped
     assert "8 device(s)" in st.stdout and "last flush:" in st.stdout and "via gpm" in st.stdout
@@ -212,22 +229,39 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str
     assert message in r.stderr and "Traceback" not in r.stderr
 
 
+def _intervals_served(log_path: Path) -> float:
+    """The agent's interval counter, from its own metrics endpoint (0 until the endpoint is up)."""
+    import urllib.request
+
+    m = re.search(r"event=metrics_listen address=(\S+)", log_path.read_text())
+    if not m:
+        return 0
+    with urllib.request.urlopen(f"http://{m.group(1)}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    found = re.search(r"^gpuaudit_agent_intervals_total\{[^}]*\} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_flushes_and_exits_0(tmp_path: Path, sig: signal.Signals) -> None:
     log_path = tmp_path / "stderr.log"
     with log_path.open("w") as log_file:
         p = subprocess.Popen(
             [sys.executable, "-m", "gpuaudit", "agent", "run", "--simulate", "static", "--simulate-gpus", "2",
-             "--interval", "0.2", "--flush-interval", "600", "--data", str(tmp_path / "d"), "--host", "h"],
+             "--interval", "0.2", "--flush-interval", "600", "--data", str(tmp_path / "d"), "--host", "h",
+             "--metrics-listen", "127.0.0.1:0"],
             stderr=log_file, cwd=REPO, env={**os.environ})
-        deadline = time.time() + 30
-        while time.time() < deadline and "event=devices" not in log_path.read_text():
-            assert p.poll() is None
-            time.sleep(0.05)
-        time.sleep(1.0)  # a few intervals, none flushed yet (flush interval 600 s)
+    try:
+        # Four intervals sampled, none flushed yet (flush interval 600 s): counted, not timed.
+        assert wait_until(lambda: p.poll() is not None or _intervals_served(log_path) >= 4), log_path.read_text()
+        assert p.poll() is None, log_path.read_text()
         assert not (tmp_path / "d" / "gpu_samples").exists()
         p.send_signal(sig)
-        p.wait(timeout=30)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     err = log_path.read_text()
     assert p.returncode == 0, err
     assert f"signal={sig.name}" in err

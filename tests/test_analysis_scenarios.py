@@ -5,26 +5,14 @@ generated."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.helpers import run_cli
+from tests.helpers import SIZES, START, run_cli
 
 from gpuaudit.sim import bulk as sim
 from gpuaudit.sim.workload import SCENARIOS
 from gpuaudit.store import read_json
-
-START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
-# (GPUs, days, interval_s): small and coarse to stay fast, large enough for the truth to show (the same
-# sizes the simulator's own tests use).
-SIZES = {
-    "phantom": (64, 14, 600),
-    "idle-cluster": (128, 14, 900),
-    "steady-training": (32, 7, 600),
-    "bursty-agents": (256, 7, 900),
-    "mixed": (128, 14, 900),
-}
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import typer.main
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_bin, run_cli
 
 from gpuaudit import __version__, schema
 from gpuaudit.cli import app
@@ -59,9 +59,10 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 
 def test_version_and_help_run() -> None:
-    r = run_cli("--version")
+    """The real binary (`python -m gpuaudit`, what the console script runs) in a fresh interpreter."""
+    r = run_bin("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"gpuaudit {__version__}"
-    r = run_cli("--help")
+    r = run_bin("--help")
     assert r.returncode == 0 and "sql" in r.stdout
 
 

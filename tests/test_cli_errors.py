@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import NASTY, REPO, _nasty_dataset, one_error_line, run_cli
+from tests.helpers import NASTY, REPO, _nasty_dataset, one_error_line, run_cli, wait_until
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
 from gpuaudit import schema, store
@@ -221,17 +221,16 @@ def _start_agent(root: Path, host: str, log: Path, *extra: str) -> subprocess.Po
         p = subprocess.Popen([sys.executable, "-m", "gpuaudit", "agent", "run", "--simulate", "static",
                               "--simulate-gpus", "2", "--data", str(root), "--host", host, *extra],
                              stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         st = _status(root, host)
-        if st and st.get("pid") == p.pid:
-            return p
-        if p.poll() is not None:
-            pytest.fail(f"agent exited {p.returncode}: {log.read_text()[-2000:]}")
-        time.sleep(0.05)
-    p.kill()
-    pytest.fail(f"agent not ready (no status file with its pid): {log.read_text()[-2000:]}")
-    raise AssertionError
+        return p.poll() is not None or bool(st and st.get("pid") == p.pid)
+
+    if not wait_until(ready):
+        p.kill()
+        pytest.fail(f"agent not ready (no status file with its pid): {log.read_text()[-2000:]}")
+    if p.poll() is not None:
+        pytest.fail(f"agent exited {p.returncode}: {log.read_text()[-2000:]}")
+    return p
 
 
 @pytest.fixture
@@ -257,7 +256,7 @@ def test_sigterm_is_prompt_at_the_longest_interval(tmp_path: Path, agents: list)
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 0
-    assert time.monotonic() - t0 < 5  # not the rest of an hour-long interval
+    assert time.monotonic() - t0 < 60  # not the rest of an hour-long interval (generous on a busy machine)
     assert _status(tmp_path, "slow")["stopped"]
 
 
@@ -266,11 +265,14 @@ def test_sighup_flushes_and_keeps_running_and_status_tells_live_from_gone(tmp_pa
     p = _start_agent(tmp_path, "hup", log, "--interval", "0.1", "--flush-interval", "600")
     agents.append(p)
     samples = tmp_path / "gpu_samples"
-    deadline = time.monotonic() + 30
-    while not (samples.exists() and any(samples.rglob("*.parquet"))):  # nothing is due for 600 s: SIGHUP it
-        assert time.monotonic() < deadline, log.read_text()
+
+    def flushed() -> bool:  # nothing is due for 600 s: SIGHUP it until a flush lands
+        if samples.exists() and any(samples.rglob("*.parquet")):
+            return True
         p.send_signal(signal.SIGHUP)
-        time.sleep(0.3)
+        return False
+
+    assert wait_until(flushed, poll_s=0.3), log.read_text()
     assert p.poll() is None  # still running
     args = ["agent", "status", "--simulate", "static", "--simulate-gpus", "2", "--data", str(tmp_path), "--host", "hup"]
     st = run_cli(*args)

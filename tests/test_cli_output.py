@@ -1,7 +1,7 @@
-"""Adversarial review, second round: settings inside their bounds that exhausted memory (hybrid sizing of a
+"""Bounded work and safe output: settings inside their bounds that would exhaust memory (hybrid sizing of a
 huge fleet), output paths that look like URLs or name an unknown user's home, absurd simulated GPU counts,
 control characters in the written report files and JSON, and a refused --interval shown as given. The CLI
-runs in a subprocess on real files; the sizing and sampler checks use the real library."""
+runs on real files; the sizing and sampler checks use the real library."""
 
 from __future__ import annotations
 

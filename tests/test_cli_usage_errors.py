@@ -1,12 +1,12 @@
-"""Usage errors and option values as one `gpuaudit: error: ...` line (issue 16, item 9), and every warning through
-one escaping logger (item 7). The real CLI in a subprocess."""
+"""Usage errors and option values as one `gpuaudit: error: ...` line, and every warning through one escaping
+logger. The real console script where its exit status is what is tested."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from tests.helpers import one_error_line, run_cli
+from tests.helpers import one_error_line, run_bin, run_cli
 
 from gpuaudit.sim import bulk as sim
 
@@ -25,6 +25,11 @@ def test_usage_errors_are_one_line(args: list[str], needles: list[str]) -> None:
     line = one_error_line(r, *needles)
     assert "╭" not in r.stderr and "Usage:" not in r.stderr, r.stderr
     assert len(line) < 400, line
+
+
+def test_the_real_binary_exits_2_with_one_line() -> None:
+    """The exit status and stderr a shell sees from a fresh interpreter, not only the in-process entry's."""
+    one_error_line(run_bin("report", "extra", "args"), "unexpected extra argument")
 
 
 def test_a_huge_unknown_option_is_echoed_cut_short() -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import duckdb
 import polars as pl
 import pytest
 from tests.collection_helpers import CHUNKS, Node, assert_same_rows, rows, target_files
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, run_cli, wait_until
 from tests.s3_helpers import S3Server
 
 from gpuaudit import push, schema, store
@@ -261,14 +262,26 @@ def test_reading_a_missing_s3_dataset_is_one_line(s3: S3Server, tmp_path: Path) 
 
 
 def test_agent_upload_ships_every_flush(tmp_path: Path) -> None:
-    data, central = tmp_path / "node", tmp_path / "central"
-    r = run_cli("agent", "run", "--simulate", "phantom", "--simulate-gpus", "2", "--duration", "2.5",
-                "--interval", "0.5", "--flush-interval", "1", "--data", str(data), "--host", "n1",
-                "--upload", str(central), timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "event=upload_started" in r.stderr and "event=upload " in r.stderr
+    """Flushes are counted, not timed: the agent runs until the target holds three flushes (two tables each),
+    then stops on SIGTERM; its last flush is pushed before it exits."""
+    data, central, log = tmp_path / "node", tmp_path / "central", tmp_path / "agent.log"
+    with log.open("wb") as err:
+        p = subprocess.Popen([sys.executable, "-m", "gpuaudit", "agent", "run", "--simulate", "phantom",
+                              "--simulate-gpus", "2", "--interval", "0.2", "--flush-interval", "0.4", "--data",
+                              str(data), "--host", "n1", "--upload", str(central)], stderr=err, cwd=REPO)
+    try:
+        assert wait_until(lambda: len(target_files(central)) >= 6 or p.poll() is not None), log.read_text()
+        assert p.poll() is None, log.read_text()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err_text = log.read_text()
+    assert "event=upload_started" in err_text and "event=upload " in err_text
     assert_same_rows(central, data)  # the agent waited for the push of its last flush before exiting
-    assert len(target_files(central)) >= 4  # several flushes, each shipped
+    assert target_files(central) == target_files(data)  # every flush shipped, each as its own file
 
 
 def test_agent_upload_to_s3(s3: S3Server, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""Issue 17 case 8: units in the config. `[cloud] spot_multiplier = 45` (a percent written as a multiplier) and
-`[on_prem] power_usd_per_kwh = 120` (cents as dollars) were accepted and flipped the recommendation. Every price
-and multiplier has a plausible range: outside it the value is refused in one line with the key, the value and
-the range, unless the file says `allow_implausible = ["key"]`."""
+"""Units in the config: every price and multiplier has a plausible range (a percent written as a multiplier,
+`[cloud] spot_multiplier = 45`, or cents as dollars, `[on_prem] power_usd_per_kwh = 120`, would flip the
+recommendation). Outside it the value is refused in one line with the key, the value and the range, unless the
+file says `allow_implausible = ["key"]`."""
 
 from __future__ import annotations
 

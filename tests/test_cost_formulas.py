@@ -1,6 +1,5 @@
 """Figures checked against values derived by hand from docs/analyzer.md, at non-trivial settings (a discount
-rate, a PUE above 1): each guards a planted one-line bug that no other test caught (the cost tests ran at 0 %
-discount and PUE 1.0, and the hurdle's one assertion was a tautology)."""
+rate, a PUE above 1), so that a one-line slip in a cost formula, the discounting or the hurdle shows."""
 
 from __future__ import annotations
 

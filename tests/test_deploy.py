@@ -4,39 +4,26 @@ valid against the Kubernetes schema and has what the agent needs on a GPU node."
 from __future__ import annotations
 
 import configparser
-import subprocess
 from pathlib import Path
 
 import pytest
-from tests.helpers import REPO, require_binary, run_cli
+from tests.helpers import REPO, UNIT_BINARY, run_cli, systemd_verify
 
 AGENTS = REPO / "agents"
 UNIT = AGENTS / "gpuaudit-agent.service"
-UNIT_BINARY = "/opt/gpuaudit/bin/gpuaudit"  # the venv agents/README.md creates
 DAEMONSET = AGENTS / "daemonset.yaml"
 SHARED = AGENTS / "daemonset-shared.yaml"  # every node writes into one ReadWriteMany volume
 
 
-def _verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """systemd-analyze verify checks that ExecStart's binary exists, so point it at this checkout's."""
-    systemd_analyze = require_binary("systemd-analyze", "install systemd (apt-get install systemd)")
-    gpuaudit = REPO / ".venv" / "bin" / "gpuaudit"
-    if not gpuaudit.exists():
-        pytest.skip("no .venv/bin/gpuaudit console script (run `make test` to create the venv)")
-    unit = tmp_path / "gpuaudit-agent.service"
-    unit.write_text(unit_text.replace(UNIT_BINARY, str(gpuaudit)))
-    return subprocess.run([systemd_analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
-
-
 def test_systemd_unit_verifies_cleanly(tmp_path: Path) -> None:
-    r = _verify(UNIT.read_text(), tmp_path)
+    r = systemd_verify({UNIT.name: UNIT.read_text()}, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "gpuaudit-agent.service" not in r.stderr, r.stderr  # no warning about our unit at all
 
 
 def test_systemd_verify_would_catch_a_broken_unit(tmp_path: Path) -> None:
     broken = UNIT.read_text().replace("NoNewPrivileges=yes", "NoNewPrivilege=yes")
-    r = _verify(broken, tmp_path)
+    r = systemd_verify({UNIT.name: broken}, tmp_path)
     assert "Unknown key" in r.stderr  # the check above is not vacuous
 
 

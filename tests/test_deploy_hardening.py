@@ -1,25 +1,22 @@
-"""Node hygiene (issue 16, item 11): a compaction timer beside the systemd unit and a compaction DaemonSet beside
-the hostPath DaemonSet; the agent unit hardened (`systemd-analyze security` <= 2.5); the DaemonSets probe the
-agent with `agent status`, mount no service account token, and run at a priority that never preempts a workload.
+"""Node hygiene: a compaction timer beside the systemd unit and a compaction DaemonSet beside the hostPath
+DaemonSet; the agent unit hardened (`systemd-analyze security` <= 2.5); the DaemonSets probe the agent with
+`agent status`, mount no service account token, and run at a priority that never preempts a workload.
 Checked with the real `systemd-analyze` (verify and security) and the Kubernetes schema (kubernetes-validate)."""
 
 from __future__ import annotations
 
 import configparser
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers import REPO, require_binary
+from tests.helpers import REPO, UNIT_BINARY, require_binary, systemd_verify
 
 AGENTS = REPO / "agents"
 UNIT = AGENTS / "gpuaudit-agent.service"
 COMPACT_UNIT = AGENTS / "gpuaudit-compact.service"
 COMPACT_TIMER = AGENTS / "gpuaudit-compact.timer"
-UNIT_BINARY = "/opt/gpuaudit/bin/gpuaudit"
 DAEMONSET = AGENTS / "daemonset.yaml"
 SHARED = AGENTS / "daemonset-shared.yaml"
 MAX_EXPOSURE = 2.5
@@ -76,26 +73,9 @@ def test_agent_unit_has_the_asked_for_hardening() -> None:
     assert "ProtectProc=invisible hides other users' processes" in text and "ProcSubset=pid hides" in text
 
 
-def _verify(paths: list[Path], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    systemd_analyze = require_binary("systemd-analyze", "install systemd (apt-get install systemd)")
-    binary = REPO / ".venv" / "bin" / "gpuaudit"
-    if not binary.exists():
-        binary = Path(sys.executable).parent / "gpuaudit"
-    if not binary.exists() and shutil.which("gpuaudit"):
-        binary = Path(shutil.which("gpuaudit") or "")
-    if not binary.exists():
-        pytest.skip("no gpuaudit console script to point ExecStart at")
-    copies = []
-    for p in paths:
-        copy = tmp_path / p.name
-        copy.write_text(p.read_text().replace(UNIT_BINARY, str(binary)))
-        copies.append(str(copy))
-    return subprocess.run([systemd_analyze, "verify", *copies], capture_output=True, text=True, timeout=60)
-
-
 def test_compaction_timer_and_service_verify_cleanly(tmp_path: Path) -> None:
     """Defect: the systemd install had no compaction, so a node kept 1,440 files per table per day."""
-    r = _verify([UNIT, COMPACT_UNIT, COMPACT_TIMER], tmp_path)
+    r = systemd_verify({p.name: p.read_text() for p in (UNIT, COMPACT_UNIT, COMPACT_TIMER)}, tmp_path)
     assert r.returncode == 0 and "gpuaudit" not in r.stderr, r.stderr
     svc = _service(COMPACT_UNIT)
     assert svc["Type"] == "oneshot" and svc["ExecStart"] == f"{UNIT_BINARY} compact --data /var/lib/gpuaudit"
@@ -108,10 +88,8 @@ def test_compaction_timer_and_service_verify_cleanly(tmp_path: Path) -> None:
 
 
 def test_verify_catches_a_broken_timer(tmp_path: Path) -> None:
-    broken = tmp_path / "src" / COMPACT_TIMER.name
-    broken.parent.mkdir()
-    broken.write_text(COMPACT_TIMER.read_text().replace("OnCalendar=hourly", "OnCalendar=every hour"))
-    r = _verify([COMPACT_UNIT, broken], tmp_path)
+    broken = COMPACT_TIMER.read_text().replace("OnCalendar=hourly", "OnCalendar=every hour")
+    r = systemd_verify({COMPACT_UNIT.name: COMPACT_UNIT.read_text(), COMPACT_TIMER.name: broken}, tmp_path)
     assert "gpuaudit-compact.timer" in r.stderr, r.stderr
 
 

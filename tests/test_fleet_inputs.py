@@ -1,6 +1,6 @@
 """The fleet a user states (--fleet-gpus, [analysis] fleet_gpus, [on_prem] owned_gpus) against the GPUs the
-dataset shows, and --data that is not a dataset directory: bad input is refused in one line (issue 26.5, 26.6,
-26.14), through the CLI on a dataset `gpuaudit simulate` wrote."""
+dataset shows, and --data that is not a dataset directory: bad input is refused in one line, through the CLI on
+a dataset `gpuaudit simulate` wrote."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Issue 25, items 1 and 2: a GPU's model from what it reports (NVML / nvidia-smi names, dcgm-exporter
-`modelName`, Slurm gres types, MIG slices) as a stable key, and the shipped price catalogue with a source and
-a date for every figure, overridable per model in the config ([models."<key>"]). On today's code a T4 fleet
-is priced as H100s: there is no model identity and no per-model price at all."""
+"""A GPU's model from what it reports (NVML / nvidia-smi names, dcgm-exporter `modelName`, Slurm gres types,
+MIG slices) as a stable key, and the shipped price catalogue with a source and a date for every figure,
+overridable per model in the config ([models."<key>"]), so that a T4 fleet is never priced as H100s."""
 
 from __future__ import annotations
 

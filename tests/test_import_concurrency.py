@@ -1,7 +1,6 @@
-"""A reader during an import's publish sees every row exactly once (issue 16, item 1): an import that
-replaces earlier rows (its own file, or rows a compaction merged into another file) keeps the files an open
-reader listed, and never rewrites a file in place under the reader. Against a real Prometheus
-(tests/prom_helpers.py)."""
+"""A reader during an import's publish sees every row exactly once: an import that replaces earlier rows (its
+own file, or rows a compaction merged into another file) keeps the files an open reader listed, and never
+rewrites a file in place under the reader. Against a real Prometheus (tests/prom_helpers.py)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 from tests.helpers import require_binary, run_cli
-from tests.import_layouts import MIB, Layout, build_all, write_openmetrics
-from tests.prom_helpers import PromServer, served
+from tests.import_layouts import MIB, Layout, build_all, layout_families
+from tests.prom_helpers import PromServer, served, write_openmetrics
 
 from gpuaudit import schema, store
 from gpuaudit.importer.promclient import transport
@@ -36,7 +36,7 @@ def prom(layouts: dict[str, Layout], tmp_path_factory: pytest.TempPathFactory) -
     prometheus, promtool = require_binary("prometheus", HOW), require_binary("promtool", HOW)
     work = tmp_path_factory.mktemp("layouts")
     om = work / "layouts.om.txt"
-    write_openmetrics(om, list(layouts.values()))
+    write_openmetrics(om, layout_families(list(layouts.values())))
     yield from served(prometheus, promtool, om, work)
 
 

@@ -1,14 +1,11 @@
-"""Issue 28: `gpuaudit import prometheus` round-trips the agent's own endpoint (`agent run --metrics-listen`).
+"""`gpuaudit import prometheus` round-trips the agent's own endpoint (`agent run --metrics-listen`).
 
 A real agent (the real sampler over the fake NVML) writes its Parquet and serves the same intervals; a real
 Prometheus on 127.0.0.1 scrapes it twice a second. Once Prometheus holds enough scrapes (its own count, asked
 through the API) the agent stops, `gpuaudit import prometheus` copies the window into a second dataset, and
 the per-GPU means of both datasets over the same window agree: 0.01 on fractions, 1 % on power and bytes.
-Both naming modes round-trip: the agent's own `gpuaudit_*` names and `--metrics-names dcgm`.
-
-Defects this caught: the importer had no preset for the agent's own names; and its name discovery evaluated on
-a 5-minute grid from the window's start, so a series that began after the last grid point (any window shorter
-than 5 minutes, or the tail of a longer one) was never found.
+Both naming modes round-trip: the agent's own `gpuaudit_*` names and `--metrics-names dcgm`, and name discovery
+finds a series that began after the last point of a coarse grid (a window shorter than 5 minutes).
 """
 
 from __future__ import annotations

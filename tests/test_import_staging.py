@@ -1,7 +1,5 @@
-"""The importer's staging area: stages left by an import that crashed are swept at the next import.
-
-Guards a defect mypy found after the store became a package: the sweep read `store.STALE_STAGING_S`, which
-the package does not export, so any import that found a stage older than a day failed with AttributeError."""
+"""The importer's staging area: stages left by an import that crashed are swept at the next import, through
+the store's public names only (a stage older than a day must not fail the import)."""
 
 from __future__ import annotations
 

@@ -10,14 +10,14 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from tests.helpers import require_binary, run_cli, serving
+from tests.helpers import START, require_binary, run_cli, serving
 from tests.prom_helpers import PromServer, backfill, start_prometheus
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
@@ -29,7 +29,6 @@ from gpuaudit.importer.prometheus.mapping import build_mapping
 from gpuaudit.store import readers
 
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
-START = datetime(2026, 1, 5, tzinfo=UTC)
 END = START + timedelta(hours=2)
 N = 120  # one sample a minute, at hh:mm:07
 BAD_AT = 30  # the sample at 00:30:07 is out of range: the step ending 00:31:00 is the first bad row

@@ -1,5 +1,5 @@
-"""Bounded input (issue 16, item 4): text columns have a bound in the contract (schema.TEXT_MAX_CHARS) that the
-writer cuts to and the reader enforces, naming the file; --bearer-token-file is a regular file of a token's size;
+"""Bounded input: text columns have a bound in the contract (schema.TEXT_MAX_CHARS) that the writer cuts to
+and the reader enforces, naming the file; --bearer-token-file is a regular file of a token's size;
 `import prometheus --timeout` is a deadline for the whole request, even against a server that drips its answer.
 Real Parquet files, real DuckDB, the real CLI, a real HTTP server on 127.0.0.1."""
 

@@ -1,4 +1,4 @@
-"""The four-state ledger on a Kubernetes fleet imported from a real Prometheus (issue 27.1, 27.2).
+"""The four-state ledger on a Kubernetes fleet imported from a real Prometheus.
 
 Twelve hours backfilled, as the exporters' own sources shape the series:
 - dcgm-exporter (internal/pkg/transformation/kubernetes.go): DCGM_FI_* per GPU with `gpu`, `UUID`, `device`,

@@ -1,8 +1,9 @@
-"""Issue 28: the agent's Prometheus endpoint (`agent run --metrics-listen`), its alert rules and dashboard.
+"""The agent's Prometheus endpoint (`agent run --metrics-listen`), its alert rules and dashboard.
 
-A real agent (the real sampler over the fake NVML) serves its interval averages; a real Prometheus on
-127.0.0.1 scrapes it every second; promtool checks the exposition and the rules and runs the rules' unit
-tests. Waits are on the agent's interval counter and on Prometheus' answers, never on wall-clock sleeps.
+A real agent (the real sampler over the fake NVML, on a virtual clock that moves only while the agent sleeps,
+so each interval's averages are exact) serves its interval averages; a real Prometheus on 127.0.0.1 scrapes it
+every second; promtool checks the exposition and the rules and runs the rules' unit tests. Waits are on the
+agent's interval counter and on Prometheus' answers, never on wall-clock sleeps.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from tests.helpers import REPO, one_error_line, require_binary, run_cli
+from tests.agent_helpers import ManualClock, on_virtual_time
+from tests.helpers import REPO, one_error_line, require_binary, run_cli, systemd_verify
 from tests.prom_helpers import PromServer, start_prometheus
 
 from gpuaudit.agent import metrics
@@ -68,10 +70,12 @@ class Running:
 
 
 def _start_agent(root: Path, names: str = "both", host: str = "node-a") -> Running:
-    fake = fakenvml.FakeNvml(fakenvml.profile("h100", 4), _loads, resolution_s=0.05)
-    config = AgentConfig(root=root, host=host, interval_s=0.2, flush_interval_s=1.0, fork_writer=False,
+    clock = ManualClock()
+    fake = fakenvml.FakeNvml(fakenvml.profile("h100", 4), _loads, clock=clock, resolution_s=0.0625)
+    config = AgentConfig(root=root, host=host, interval_s=0.25, flush_interval_s=1.0, fork_writer=False,
                          metrics_listen="127.0.0.1:0", metrics_names=names)
-    agent = Agent(config, Nvml(fake), attributor=fake.attribution)
+    agent = Agent(config, Nvml(fake), attributor=fake.attribution, mono=clock)
+    on_virtual_time(agent, clock, real=True)  # paced for Prometheus, exact for the averages
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
     running = Running(agent, thread)
@@ -129,10 +133,10 @@ def test_interval_averages_labels_and_holders(agent: Running) -> None:
     fam = _families(_scrape(agent.url))
     sm = {s.labels["gpu_index"]: s for s in fam["gpuaudit_gpu_sm_active_ratio"].samples}
     assert set(sm) == {"0", "1", "2", "3"}
-    assert sm["0"].value == pytest.approx(0.6, abs=0.02) and sm["1"].value == pytest.approx(0.01, abs=0.02)
+    assert sm["0"].value == pytest.approx(0.6) and sm["1"].value == pytest.approx(0.01)
     assert set(sm["0"].labels) == set(metrics.GPU_LABELS) and sm["0"].labels["host"] == "node-a"
     power = {s.labels["gpu_index"]: s.value for s in fam["gpuaudit_gpu_power_watts"].samples}
-    assert power["0"] == pytest.approx(500.0, rel=0.05)
+    assert power["0"] == pytest.approx(500.0)  # the energy counter's delta over exactly one interval
     assert {s.labels["gpu_index"]: s.value for s in fam["gpuaudit_gpu_memory_used_bytes"].samples}["3"] == 30 * GIB
     holders = {(s.labels["gpu_index"], s.labels["user"], s.labels["job_id"], s.labels["k8s_pod"]): s.value
                for s in fam["gpuaudit_gpu_holder_processes"].samples}
@@ -157,7 +161,7 @@ def test_dcgm_names_units_and_labels(agent: Running) -> None:
     assert fb["0"].labels["Hostname"] == "node-a" and fb["0"].labels["modelName"].startswith("NVIDIA H100")
     assert fb["1"].labels["pod"] == ""
     util = {s.labels["gpu"]: s.value for s in fam["DCGM_FI_DEV_GPU_UTIL"].samples}
-    assert util["0"] == pytest.approx(95, abs=2)
+    assert util["0"] == pytest.approx(95)
     energy_mj = {s.labels["gpu"]: s.value for s in fam["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].samples}
     energy_j = {s.labels["gpu_index"]: s.value for s in fam["gpuaudit_gpu_energy_joules"].samples
                 if s.name.endswith("_total")}
@@ -402,10 +406,10 @@ def test_metrics_variant_in_agents_readme_is_a_valid_daemonset_the_agent_accepts
 def test_systemd_metrics_drop_in_verifies(tmp_path: Path) -> None:
     """28 (e): the unit with the metrics drop-in applied still passes `systemd-analyze verify`, and its
     ExecStart listens on loopback with flags `agent run` has."""
-    from tests.test_deploy import UNIT, _verify
+    from tests.test_deploy import UNIT
 
     drop_in = (AGENTS / "gpuaudit-agent-metrics.conf").read_text()
-    r = _verify(UNIT.read_text() + "\n" + drop_in, tmp_path)
+    r = systemd_verify({UNIT.name: UNIT.read_text() + "\n" + drop_in}, tmp_path)
     assert r.returncode == 0, r.stderr
     assert "gpuaudit-agent.service" not in r.stderr, r.stderr
     exec_start = next(ln for ln in drop_in.splitlines() if ln.startswith("ExecStart=/"))

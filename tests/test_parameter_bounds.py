@@ -1,6 +1,5 @@
 """A setting's range has one definition (analysis/config.py): the config refuses values outside it, and the
-sensitivity analysis clamps to the same range (it once had its own, wider copy: a spot multiplier at the
-config's maximum of 100 was moved to 120, a value no config may hold)."""
+sensitivity analysis clamps to the same range (never moving a value where no config may hold it)."""
 
 from __future__ import annotations
 

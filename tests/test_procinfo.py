@@ -6,10 +6,10 @@ import os
 import pwd
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from tests.helpers import wait_until
 
 from gpuaudit.agent.procinfo import (
     COMMAND_MAX,
@@ -74,9 +74,7 @@ def test_attributor_reads_a_real_process() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "marker-arg"])
     try:
         cmdline = Path(f"/proc/{child.pid}/cmdline")
-        deadline = time.time() + 10
-        while b"marker-arg" not in cmdline.read_bytes() and time.time() < deadline:
-            time.sleep(0.01)  # until the child has exec'd
+        assert wait_until(lambda: b"marker-arg" in cmdline.read_bytes())  # until the child has exec'd
         info = ProcAttributor()(child.pid)
     finally:
         child.kill()

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 import s3fs
 from tests.collection_helpers import Node, assert_same_rows, rows, target_files
-from tests.helpers import run_cli
+from tests.helpers import run_cli, wait_until
 from tests.s3_helpers import S3Server
 
 from gpuaudit import push
@@ -313,13 +313,17 @@ def _push_as_nobody(node: Node, central: Path) -> tuple[int, str]:
             os.write(write, text.encode())
             os._exit(code)
     os.close(write)
-    deadline = time.monotonic() + 120
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the push as another user hung")
-        time.sleep(0.05)  # waiting for a real child process: nothing to inject
+    done = (0, 0)
+
+    def exited() -> bool:
+        nonlocal done
+        done = os.waitpid(pid, os.WNOHANG)
+        return done[0] != 0
+
+    if not wait_until(exited, 120):
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the push as another user hung")
     with os.fdopen(read, "rb") as f:
         out = f.read().decode()
     return os.waitstatus_to_exitcode(done[1]), out

@@ -1,6 +1,6 @@
-"""Issue 17, the report a CFO can act on: the action in counts ("sell 4 of your 8 GPUs"), one "how many to own"
-(the others labelled as checks), a break-even sentence that says against what, one "held but did no work"
-figure, and one cloud price per use, with its card."""
+"""The report a CFO can act on: the action in counts ("sell 4 of your 8 GPUs"), one "how many to own" (the
+others labelled as checks), a break-even sentence that says against what, one "held but did no work" figure,
+and one cloud price per use, with its card."""
 
 from __future__ import annotations
 

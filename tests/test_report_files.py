@@ -1,5 +1,5 @@
-"""Report files others can open, and no contradicting leftovers (issue 16, item 10). The real analyzer and
-report writer over a small simulated dataset."""
+"""Report files others can open, and no contradicting leftovers. The real analyzer and report writer over a
+small simulated dataset."""
 
 from __future__ import annotations
 

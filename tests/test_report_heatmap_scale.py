@@ -1,5 +1,5 @@
-"""Issue 17: the hour-of-week heatmap's colour scale spans the data's range, not a fixed 0-100 %: a fleet at
-5-15 % real utilization was drawn in one pale shade, every hour alike."""
+"""The hour-of-week heatmap's colour scale spans the data's range, not a fixed 0-100 %, so a fleet at 5-15 %
+real utilization is not drawn in one pale shade, every hour alike."""
 
 from __future__ import annotations
 

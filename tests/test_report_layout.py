@@ -1,9 +1,7 @@
-"""Issue 17: the report prints and reads on a phone. A real headless Chromium lays it out at 1280 px, at 390 px
-(a phone) and as printed (print stylesheet at the A4 page's printable width), and prints it to PDF: no element
-is wider than the page (tables fit or stack instead of being clipped or scrolled), and the page count is
-recorded in test-artifacts/report-layout.txt. Before the fix the cost breakdown, sensitivity and assumptions
-tables were clipped in the PDF and ran off a phone's screen, and the charts' text read at ~5 px on a phone (the
-7.2 in chart scaled down to 348 px)."""
+"""The report prints and reads on a phone. A real headless Chromium lays it out at 1280 px, at 390 px (a phone)
+and as printed (print stylesheet at the A4 page's printable width), and prints it to PDF: no element is wider
+than the page (tables fit or stack instead of being clipped or scrolled), chart text stays readable on a phone,
+and the page count is recorded in test-artifacts/report-layout.txt."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
-"""Issue 17 (the report a CFO can act on): defects a CFO reviewer found in the charts, the printed tiles and the
-words of the report.
+"""The report's charts, printed tiles and words read right:
 
-- The demand duration curve was drawn as a post-step, so between two GPU counts it showed the share of the left
-  count: 100 % of hours at >= 1.5 GPUs where the data say 69 % (the share at or above 2). Its marker read
-  "own N* = 2" while N* everywhere else is the best N >= 0 (the hybrid chart says "N* = 0").
-- On a phone's chart the weekly trend's dates ran into each other, the sensitivity chart's axis label ran past
-  the chart's right edge, and the heatmap's colour bar read 30/32/35/38/40/43/45 % (ticks every 2.5 % rounded to
-  whole percents). The sensitivity chart's "equal cost" sat on top of the axes, where the title is.
-- Printed, every tile's "how computed" <details> was closed: the PDF lost every formula and source.
-- The raw plan key "keep-the-owned-fleet" (and its siblings) showed in a tile's source and the Definitions
-  table; the hurdle tile said "busy GPUs" where "busy" elsewhere means duty cycle.
+- The demand duration curve is a pre-step: between two GPU counts it shows the share at or above the right
+  count, and its marker names N* as everywhere else (the best N >= 0).
+- On a phone's chart the weekly trend's dates do not run into each other, the sensitivity chart's axis label
+  stays inside the chart, the heatmap's colour bar ticks are distinct, and "equal cost" does not sit on the
+  title.
+- Printed, every tile's "how computed" <details> is open: the PDF keeps every formula and source.
+- No raw plan key ("keep-the-owned-fleet") shows in a tile or the Definitions table; "busy" means duty cycle
+  everywhere.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The analysis → report contract: the tables' column names are declared once (gpuaudit.analysis.result),
-the analyzer writes exactly those, the report reads them by name, and a renamed column fails loudly.
-
-Guards issue 15's defect: `report/sections.py` guessed spellings (`_col(table, *candidates)`), so a column the
-analyzer renamed silently dropped a chart, and the report recomputed the break-even curve itself.
+the analyzer writes exactly those, the report reads them by name, and a renamed column fails loudly (never a
+silently dropped chart, never a break-even curve the report recomputes itself).
 """
 
 from __future__ import annotations

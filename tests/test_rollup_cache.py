@@ -1,7 +1,7 @@
-"""Issue 29.1-29.2: the stage-1 rollup cache (analysis/stage1/cache.py). An optimisation, never a source of
-truth: a run that uses it gives what a cold run gives (every figure within 1e-9 relative), through overlaps,
-refined hours, compactions, re-written files, a push and a deleted cache; `--no-cache` forces a cold run; a
-dataset where the cache cannot be written is a cold run with a note; concurrent runs are safe."""
+"""The stage-1 rollup cache (analysis/stage1/cache.py). An optimisation, never a source of truth: a run that
+uses it gives what a cold run gives (every figure within 1e-9 relative), through overlaps, refined hours,
+compactions, re-written files, a push and a deleted cache; `--no-cache` forces a cold run; a dataset where the
+cache cannot be written is a cold run with a note; concurrent runs are safe."""
 
 from __future__ import annotations
 

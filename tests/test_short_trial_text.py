@@ -1,5 +1,5 @@
-"""Issue 26.9: a trial shorter than the bootstrap minimum says why there is no interval, and a sub-day trial's
-length is shown in hours, in `analyze` and in the report."""
+"""A trial shorter than the bootstrap minimum says why there is no interval, and a sub-day trial's length is
+shown in hours, in `analyze` and in the report."""
 
 from __future__ import annotations
 

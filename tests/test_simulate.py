@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.helpers import run_cli
+from tests.helpers import SIZES, START, run_cli
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
@@ -15,17 +15,6 @@ from gpuaudit.sim import bulk as sim
 from gpuaudit.sim.loadmodel import load_model
 from gpuaudit.sim.workload import SCENARIOS
 from gpuaudit.store import open_dataset, read_json, write_table
-
-START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
-
-# Small fleets at coarse intervals keep this fast; sizes are large enough for the truth to show.
-SIZES = {
-    "phantom": (64, 14, 600),
-    "idle-cluster": (128, 7, 900),
-    "steady-training": (32, 7, 600),
-    "bursty-agents": (256, 4, 900),
-    "mixed": (128, 7, 900),
-}
 
 RUNTIME_SQL = "SELECT sum((n_processes > 0)::INT * gpu_fraction * interval_s) / sum(gpu_fraction * interval_s) " \
               "FROM samples"

@@ -3,17 +3,15 @@ allocated-but-idle time, and its ground truth in simulation.json; the analyzer's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pytest
+from tests.helpers import START
 
 from gpuaudit.analysis.pipeline import analyze
 from gpuaudit.sim.bulk import simulate
 from gpuaudit.store import open_dataset, read_json
-
-START = datetime(2026, 3, 2, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""What one `gpuaudit sql` may reach and take (issue 16, item 5; its query file, item 4): no file outside the
-dataset through DuckDB's temp directory, a deadline, a memory limit, a row limit for a terminal, and a query
-file that is a regular file of a sane size. Real DuckDB over a real simulated dataset, the real CLI."""
+"""What one `gpuaudit sql` may reach and take: no file outside the dataset through DuckDB's temp directory, a
+deadline, a memory limit, a row limit for a terminal, and a query file that is a regular file of a sane size.
+Real DuckDB over a real simulated dataset, the real CLI."""
 
 from __future__ import annotations
 

@@ -194,7 +194,7 @@ def test_writer_killed_mid_file_leaves_no_partial_file(tmp_path: Path) -> None:
     for _ in range(6):
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.05, 1.5))
+        time.sleep(rng.uniform(0.05, 1.5))  # the kill lands at a random point of a write: the input, not a wait
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     visible = list((tmp_path / schema.SAMPLES).rglob("*.parquet"))

@@ -1,6 +1,6 @@
 """Readers during a compaction, an import's publish and a push's prune see every row exactly once, at every
-moment, and never call a file that was compacted away damaged (issue 16, item 1). Deterministic: the writer
-runs in this thread and calls a hook after each of its steps, where readers open, query and compare."""
+moment, and never call a file that was compacted away damaged. Deterministic: the writer runs in this thread
+and calls a hook after each of its steps, where readers open, query and compare."""
 
 from __future__ import annotations
 

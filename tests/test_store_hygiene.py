@@ -1,6 +1,6 @@
-"""Dataset hygiene on the reader's side (issue 16, item 6): what a directory anyone can write into may hold
-besides gpuaudit's own files, and how every reader (the views, `gpuaudit sql`, the canned queries, `analyze`)
-treats it: left out, and named."""
+"""Dataset hygiene on the reader's side: what a directory anyone can write into may hold besides gpuaudit's
+own files, and how every reader (the views, `gpuaudit sql`, the canned queries, `analyze`) treats it: left
+out, and named."""
 
 from __future__ import annotations
 

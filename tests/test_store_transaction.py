@@ -1,5 +1,5 @@
-"""store/transaction: the one "replace this source's rows in this window" that importers use (issue 24.1):
-staged, recorded, published all at once, restored when publishing fails part-way."""
+"""store/transaction: the one "replace this source's rows in this window" that importers use: staged,
+recorded, published all at once, restored when publishing fails part-way."""
 
 from __future__ import annotations
 

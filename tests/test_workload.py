@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from tests.helpers import START
 
 from gpuaudit.errors import GpuauditError
 from gpuaudit.sim.loadmodel import load_model
@@ -16,8 +17,6 @@ from gpuaudit.sim.workload import (
     decision_branch,
     get_scenario,
 )
-
-START = datetime(2026, 9, 7, tzinfo=UTC)  # a Monday
 
 
 def test_the_five_scenarios_exist_with_consistent_ground_truth() -> None:

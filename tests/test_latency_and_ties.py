@@ -1,7 +1,6 @@
-"""Issue 17 case 2: latency-sensitive work does not burst (every plan that rents is excluded, as data residency
-excludes renting), and a plan that beats staying by less than the cost model's own uncertainty is a tie: "keep
-what you have; the alternatives are within $X". Before the fix --latency-sensitive only fed the decision tree
-and a $1 tolerance made a 0.07 % saving the recommendation."""
+"""Latency-sensitive work does not burst (every plan that rents is excluded, as data residency excludes
+renting), and a plan that beats staying by less than the cost model's own uncertainty is a tie: "keep what
+you have; the alternatives are within $X"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Issue 17 case 4: one reservation rule for every plan and billing granularity, reserve what is cheaper
-reserved. Before the fix per-GPU billing reserved 30 % of the billed hours 24/7 even when a reserved hour cost
-more than a flexible one, instance billing dropped the reservation only when cheaper (so the "conservative"
-instance billing priced the cloud below per-GPU billing), and the hybrid's bursts were always flexible."""
+"""One reservation rule for every plan and billing granularity: reserve what is cheaper reserved (per-GPU and
+instance billing alike, and the hybrid's bursts too), never a fixed share of the billed hours."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The economics defects a finance review found (each failed on the code before the fix): like-for-like
-break-even, one consistent verdict, honest bounds when SM activity was not measured, what-if plans kept out
-of "cheapest", sunk capital, coverage gaps, and the hybrid cross-check."""
+"""One consistent decision: a like-for-like break-even, one verdict everywhere, honest bounds when SM activity
+was not measured, what-if plans kept out of "cheapest", sunk capital, coverage gaps, and the hybrid's
+cross-check."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.analysis_helpers import T0, ends, gpu_rows, proc_rows, rollups, write
+from tests.helpers import START
 
 from gpuaudit import schema
 from gpuaudit.analysis import analyze, analyze_rollups
@@ -16,8 +17,6 @@ from gpuaudit.analysis.config import load_config
 from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.report.sections import build_report
 from gpuaudit.sim import bulk as sim
-
-START = dt.datetime(2026, 9, 7, tzinfo=dt.UTC)
 
 
 def _scenarios(r):  # type: ignore[no-untyped-def]

@@ -1,7 +1,6 @@
-"""Issue 17 case 7: no false certainty. A one-day trial reported 90 % intervals of zero width and "the cheapest
-flips in 0 % of 1,000 day-resamples"; a trial whose first sample lands at 23:59 counted 91 days of 90.0. A
-day-block bootstrap needs analysis.bootstrap_min_days (7: a week, so the weekly cycle is in every resample);
-below it no interval is claimed and the confidence is at most low; days are counted as the trial is."""
+"""No false certainty: a day-block bootstrap needs analysis.bootstrap_min_days (7: a week, so the weekly cycle
+is in every resample); below it no interval is claimed and the confidence is at most low; days are counted as
+the trial is (a trial whose first sample lands at 23:59 does not gain a day)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Issue 17 case 10: cash and payback. "per month" was the present value ÷ months, not cash, and no payback was
-given (a research lab: capex $3.05 M, simple payback ~25-30 months at default prices). Each plan now has its
-cash month by month (capital when it is paid, running costs, resale at the end) and every plan that buys its
-simple payback against renting everything."""
+"""Cash and payback: each plan's cash month by month (capital when it is paid, running costs, resale at the
+end), never the present value divided by months, and for every plan that buys, its simple payback against
+renting everything (a research lab: capex $3.05 M, ~25-30 months at default prices)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""Issue 17, after review: what rules renting out (data residency, a latency-sensitive share) holds in every
-answer, not only in which plans are allowed: the consolidation lever, the headline, the tornado, the confidence,
-the payback, the assumptions and the hybrid's cross-checks. Each test names the defect a finance review found."""
+"""What rules renting out (data residency, a latency-sensitive share) holds in every answer, not only in which
+plans are allowed: the consolidation lever, the headline, the tornado, the confidence, the payback, the
+assumptions and the hybrid's cross-checks."""
 
 from __future__ import annotations
 
 import pytest
 from tests.analysis_helpers import gpu_rows, rollups
-from tests.test_economics_latency_tie import _bursty_fleet, _busy_fleet, _cfg
+from tests.test_latency_and_ties import _bursty_fleet, _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config

@@ -1,7 +1,6 @@
-"""Issue 17 case 1: an autoscaled cloud fleet, whose instances (and their agents) exist only while a job holds
-them, is billed for the GPU-hours it held, its fleet is the peak of concurrent GPUs, and a new GPU UUID per
-launch (as real autoscaling gives) does not multiply the fleet. Before the fix demand was scaled by the count of
-distinct UUIDs ÷ GPUs reporting: the absent time of an elastic GPU was read as a coverage gap."""
+"""An autoscaled cloud fleet, whose instances (and their agents) exist only while a job holds them, is billed
+for the GPU-hours it held, its fleet is the peak of concurrent GPUs, and a new GPU UUID per launch (as real
+autoscaling gives) does not multiply the fleet: an elastic GPU's absent time is not a coverage gap."""
 
 from __future__ import annotations
 

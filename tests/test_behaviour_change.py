@@ -1,7 +1,6 @@
-"""Issue 17 case 5: one rule for "behaviour change". A cloud fleet whose instances run all the time but are held
-two thirds of it could only reach the all-cloud price by releasing idle instances, a change of behaviour that
-was counted as cheapest ("move to the cloud, $X less than staying") while "if packed" plans never were; and a
-fleet that owns nothing was told "owned GPUs burn cash idle"."""
+"""One rule for "behaviour change": a plan reachable only by changing how the fleet is used (releasing idle
+cloud instances, packing the work) is never counted as cheapest, and a fleet that owns nothing is never told
+that owned GPUs burn cash idle."""
 
 from __future__ import annotations
 

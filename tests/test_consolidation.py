@@ -1,7 +1,6 @@
-"""Issue 17 case 6: the biggest lever is named. On a fleet held all the time at 12 % SM activity, packing the
-work onto the GPUs it fits on saves far more than any buy/rent choice, yet the headline compared only buy vs
-rent. The result now says how many GPUs the measured work fits on (SM-weighted demand at the target utilization,
-with headroom), the saving, and how (naming the top holders of idle-held time), never mixed into "cheapest"."""
+"""The biggest lever is named: on a fleet held all the time at low SM activity, the result says how many GPUs
+the measured work fits on (SM-weighted demand at the target utilization, with headroom), the saving, and how
+(naming the top holders of idle-held time), never mixed into "cheapest"."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Issue 17 case 9: the tornado plots a quantity that moves the right way with each input: the recommended
-plan's cost and its margin over the runner-up. It plotted all-cloud − the cheapest owning plan, which made a
-dearer spot price look better for renting when the cheapest owning plan rented most of its demand."""
+"""The tornado plots a quantity that moves the right way with each input: the recommended plan's cost and its
+margin over the runner-up (a dearer spot price never looks better for renting)."""
 
 from __future__ import annotations
 
 import pytest
 from tests.analysis_helpers import rollups
-from tests.test_economics_latency_tie import _busy_fleet, _cfg
+from tests.test_latency_and_ties import _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.scenarios import is_cloud_used

@@ -1,6 +1,6 @@
-"""Issue 17 case 3: each owning plan is charged the board power of the GPUs it keeps at the load they carry (the
-measured power-vs-load relation), not the fleet average with the idle GPUs in it: a plan that keeps fewer GPUs
-keeps them busier. Before the fix every plan was charged the fleet average."""
+"""Each owning plan is charged the board power of the GPUs it keeps at the load they carry (the measured
+power-vs-load relation), not the fleet average with the idle GPUs in it: a plan that keeps fewer GPUs keeps
+them busier."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The second finance review's findings (each failed on the code before its fix): a rented fleet stays rented
-whole, the break-even compares renting with owning the whole fleet, a tie is not a disagreement, every owning
-plan is priced on the demand the cloud bills, a horizon past the hardware's life prices both capex timings
-alike, the break-even under instance billing is not a rounding edge, an upper bound stays labelled as one,
-hourly prices compare like with like, and the sensitivity chart states the configured fraction."""
+"""How each plan is priced: a rented fleet stays rented whole, the break-even compares renting with owning the
+whole fleet, a tie is not a disagreement, every owning plan is priced on the demand the cloud bills, a horizon
+past the hardware's life prices both capex timings alike, the break-even under instance billing is not a
+rounding edge, an upper bound stays labelled as one, hourly prices compare like with like, and the sensitivity
+chart states the configured fraction."""
 
 from __future__ import annotations
 
