@@ -203,14 +203,17 @@ def test_time_sliced_device_series_are_the_gpu_and_pod_series_its_processes(impo
     rows = _q(root, "SELECT epoch(ts)::BIGINT AS t, mem_used_bytes FROM samples")
     last = {int((x // STEP + 1) * STEP): u for x, u in zip(t.tolist(), used.tolist(), strict=True)}
     assert all(m == last[ts] * MIB for ts, m in rows.iter_rows())
-    procs = _q(root, "SELECT k8s_pod, avg(sm_util) AS sm, max(mem_used_bytes) AS mem, count(*) AS n "
-                     "FROM processes GROUP BY k8s_pod")
+    procs = _q(root, "SELECT k8s_pod, avg(sm_util) AS sm, max(mem_used_bytes) AS mem, count(*) AS n, "
+                     "list(DISTINCT pod_uid) AS uids FROM processes GROUP BY k8s_pod")
     by = {r["k8s_pod"]: r for r in procs.iter_rows(named=True)}
     assert set(by) == {"sd-inference-0", "whisper-1"}
     for pod, (on, util, mem) in truth["pods"].items():
         assert by[pod]["n"] == len(_steps_with(t, on))
         assert by[pod]["mem"] == mem.max() * MIB
         assert 0 < by[pod]["sm"] <= util.max() / 100 + 1e-6
+    # One process row per pod and step, with the UID its share series carry (the other series carry none).
+    assert {p: r["uids"] for p, r in by.items()} == {"sd-inference-0": ["6f1c1a2e-0000-4000-8000-00000000000a"],
+                                                    "whisper-1": ["6f1c1a2e-0000-4000-8000-00000000000b"]}
     assert result.time_sliced == [truth["uuid"]]
 
 

@@ -142,6 +142,24 @@ def test_a_recreated_pod_in_the_same_hour_keeps_its_own_gpus(dataset: Path) -> N
     assert per == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.prometheus
+def test_pod_uid_alone_marks_no_time_slicing(prom: PromServer, tmp_path: Path) -> None:
+    """`pod_uid` was read as a time-slicing marker: with --kubernetes-enable-pod-uid every pod series carries it,
+    so at a 7-minute step in which a pod arrived (02:35-02:42, the pod from 02:40) its duty-cycle series was taken
+    as a pod's share beside the device-level one: the GPU's duty cycle read 0 and every GPU was reported
+    time-sliced. Only `vgpu` (a shared device id, `<uuid>::N` or GKE's `/vgpuN`) marks a share; the step's
+    series are averaged by their samples, as SM activity is."""
+    root = tmp_path / "d"
+    r = import_prometheus(root, transport(prom.url, retries=0),
+                          build_mapping(None, None, selector="", exporter_pod="dcgm-exporter"), START,
+                          START + timedelta(hours=HOURS), 420)
+    assert not r.time_sliced
+    with open_dataset(root) as ds:
+        duty, sm = ds.fetchall("SELECT duty_cycle, sm_active FROM samples WHERE gpu_uuid = 'GPU-a-2' AND "
+                               "ts = TIMESTAMPTZ '2026-01-05 02:42:00+00'")[0]
+    assert (duty, sm) == (pytest.approx(0.6 * 2 / 7, abs=1e-3), pytest.approx(0.5 * 2 / 7, abs=1e-3))
+
+
 def test_a_dataset_from_before_the_column_still_reads(tmp_path: Path) -> None:
     """Process files written before schema 3 have no pod_uid: they read as NULL and the ledger's stage 1 runs."""
     root = tmp_path / "d"

@@ -51,7 +51,7 @@ class SeriesIdentity:
     exporter_pods_skipped: int  # styles skipped because their pod was the exporter
     job_id: str | None
     user: str | None
-    share: bool  # carries a time-slicing share marker (pod_uid, vgpu)
+    share: bool  # carries a time-slicing share marker (vgpu)
 
 
 def normalize_uuid(value: str, prefix: str) -> str:

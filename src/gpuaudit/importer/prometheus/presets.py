@@ -121,7 +121,9 @@ DCGM = Preset(
     },
     exporter_pod=r"dcgm-exporter",
     share_fields=("duty_cycle", "fb_used"),  # isPerProcessMetric: DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED
-    share_markers=("pod_uid", "vgpu"),
+    # A share: a pod of a shared device id (`<uuid>::N`, GKE's `nvidia0/vgpuN`) gets `vgpu`. `pod_uid` marks no
+    # share: --kubernetes-enable-pod-uid puts it on every pod series (internal/pkg/transformation/kubernetes.go).
+    share_markers=("vgpu",),
 )
 
 JOBSTATS = Preset(

@@ -7,7 +7,7 @@ Rules (each one a defect real deployments showed, see docs/importer.md):
   mid-step, an exporter rollout): the most preferred name counts; averages are averaged, a last value is the
   last value of the last series (the one still reporting after the step, else the one that started later).
 - Time-slicing (dcgm-exporter 4.5+): where a device-level series exists, the per-pod series of the same field
-  (marked pod_uid/vgpu) are the pods' shares: they become process rows (sm_util, mem_used_bytes), never the
+  (marked vgpu) are the pods' shares: they become process rows (sm_util, mem_used_bytes), never the
   GPU's figures.
 - Power and energy belong to the physical GPU: each MIG instance's series repeats the GPU's, so the GPU's value
   (from a GPU-level series where there is one) is split over the instances present by their fractions, and
@@ -335,7 +335,11 @@ def _energy(long: pl.DataFrame, state: ImportState, factor: float) -> pl.DataFra
 def _processes(long: pl.DataFrame, shares: pl.DataFrame, wide: pl.DataFrame, factor: Any) -> pl.DataFrame:
     who = ["k8s_pod", "k8s_namespace", "container", "pod_uid", "job_id", "user"]
     has = pl.col("k8s_pod").is_not_null() | pl.col("job_id").is_not_null() | pl.col("user").is_not_null()
-    procs = pl.concat([long.filter(has).select(*KEY, "ts", *who), shares.select(*KEY, "ts", *who)]).unique()
+    procs = pl.concat([long.filter(has).select(*KEY, "ts", *who), shares.select(*KEY, "ts", *who)])
+    # One pod's series need not all carry its UID (dcgm-exporter puts pod_uid on the per-pod shares of a
+    # time-sliced GPU, and on the others only with --kubernetes-enable-pod-uid): one row per pod, with its UID.
+    named = [c for c in who if c != "pod_uid"]
+    procs = procs.group_by(*KEY, "ts", *named).agg(pl.col("pod_uid").drop_nulls().first()).select(*KEY, "ts", *who)
     pod = [*KEY, "ts", "k8s_pod", "k8s_namespace", "container"]
     if shares.height:
         util = (shares.filter(pl.col("field") == "duty_cycle").group_by(pod)
