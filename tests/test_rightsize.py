@@ -29,15 +29,19 @@ H100_LIST, T4_LIST, L4_LIST, H100_PCIE_LIST = 55.04 / 8, 0.526, 0.7992, 3.29
 
 
 def _gpu(uuid: str, sm: float, mem: int, name: str = H100, total: int = 80 * 2**30) -> list[dict[str, Any]]:
-    return [{**r, "gpu_name": name, "mem_total_bytes": total}
-            for r in gpu_rows("n1", uuid, N, interval_s=STEP, sm=sm, procs=1, mem_used_bytes=mem)]
+    return [
+        {**r, "gpu_name": name, "mem_total_bytes": total}
+        for r in gpu_rows("n1", uuid, N, interval_s=STEP, sm=sm, procs=1, mem_used_bytes=mem)
+    ]
 
 
 def _rows() -> list[dict[str, Any]]:
-    return (_gpu("GPU-a", 0.04, 10 * 10**9)      # 4 % × 989.4 / 65 = 0.61 ≤ 0.8 and 10 GB ≤ 16 GiB: a T4
-            + _gpu("GPU-b", 0.08, 20 * 10**9)    # 20 GB > a T4's 16 GiB; 8 % × 989.4 / 121 = 0.65: an L4
-            + _gpu("GPU-c", 0.04, 60 * 10**9)    # 60 GB fits no 24 or 48 GB model: the cheapest 80 GB, H100 PCIe
-            + _gpu("GPU-d", 0.70, 10 * 10**9))   # 70 % × 989.4 / 756.5 = 0.92 > 0.8 even on an H100 PCIe: stays
+    return (
+        _gpu("GPU-a", 0.04, 10 * 10**9)  # 4 % × 989.4 / 65 = 0.61 ≤ 0.8 and 10 GB ≤ 16 GiB: a T4
+        + _gpu("GPU-b", 0.08, 20 * 10**9)  # 20 GB > a T4's 16 GiB; 8 % × 989.4 / 121 = 0.65: an L4
+        + _gpu("GPU-c", 0.04, 60 * 10**9)  # 60 GB fits no 24 or 48 GB model: the cheapest 80 GB, H100 PCIe
+        + _gpu("GPU-d", 0.70, 10 * 10**9)
+    )  # 70 % × 989.4 / 756.5 = 0.92 > 0.8 even on an H100 PCIe: stays
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +110,9 @@ def test_the_lever_never_changes_the_cheapest_plan_or_the_recommendation(roll: A
     assert moved.costs.cheapest == base.costs.cheapest
     assert moved.decision.recommendation == base.decision.recommendation
     assert moved.decision.recommended_scenario == base.decision.recommended_scenario
-    assert [(s.id, s.total.value) for s in moved.costs.scenarios] == [(s.id, s.total.value)
-                                                                       for s in base.costs.scenarios]
+    assert [(s.id, s.total.value) for s in moved.costs.scenarios] == [
+        (s.id, s.total.value) for s in base.costs.scenarios
+    ]
 
 
 def test_json_and_text_state_the_figure_with_its_assumption(roll: Any) -> None:
@@ -115,8 +120,17 @@ def test_json_and_text_state_the_figure_with_its_assumption(roll: Any) -> None:
     d = r.to_dict()["pools"][0]["right_size"]
     assert d["model"] == "h100-sxm-80gb" and d["what_if"] is True
     assert {t["model"] for t in d["targets"]} == {"t4", "l4", "h100-pcie-80gb"}
-    assert set(d["targets"][0]) == {"model", "gpu_hours", "usd_per_gpu_hour", "usd_today", "usd_on_target",
-                                    "saving_usd", "throughput_ratio", "memory_bytes", "dense_fp16_tflops"}
+    assert set(d["targets"][0]) == {
+        "model",
+        "gpu_hours",
+        "usd_per_gpu_hour",
+        "usd_today",
+        "usd_on_target",
+        "saving_usd",
+        "throughput_ratio",
+        "memory_bytes",
+        "dense_fp16_tflops",
+    }
     text = summary(r)
     line = next(ln for ln in text.splitlines() if ln.startswith("right-size h100-sxm-80gb"))
     assert "what-if, never counted as cheapest" in line and "144.0 of 192.0 held GPU-hours" in line
@@ -150,8 +164,7 @@ def _with_t4_price(cfg: Config, usd: float) -> Config:
 
 def test_config_sets_a_throughput_and_bounds_it(tmp_path: Path) -> None:
     p = tmp_path / "c.toml"
-    p.write_text('[models."a10g"]\ndense_fp16_tflops = 70\n[analysis]\nright_size_headroom = 0.6\n',
-                 encoding="utf-8")
+    p.write_text('[models."a10g"]\ndense_fp16_tflops = 70\n[analysis]\nright_size_headroom = 0.6\n', encoding="utf-8")
     cfg = load_config(p)
     assert cfg.models["a10g"].dense_fp16_tflops == pytest.approx(70.0)
     assert cfg.analysis.right_size_headroom == pytest.approx(0.6)

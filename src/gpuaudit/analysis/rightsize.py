@@ -22,8 +22,10 @@ from gpuaudit.analysis.result import RightSize, RightSizeTarget
 
 
 def assumption(headroom: float) -> str:
-    return (f"if the work runs as fast on the smaller model: SM activity × throughput ratio (dense FP16 TFLOPS) "
-            f"≤ {headroom:g}, peak memory fits")
+    return (
+        f"if the work runs as fast on the smaller model: SM activity × throughput ratio (dense FP16 TFLOPS) "
+        f"≤ {headroom:g}, peak memory fits"
+    )
 
 
 def target_config(pr: Pricing, key: str) -> Config | None:
@@ -35,8 +37,9 @@ def target_config(pr: Pricing, key: str) -> Config | None:
     m = pr.base.models.get(key)
     if m is None or m.instance_usd_per_hour is None or not m.gpus_per_instance:
         return None
-    return pr.base.replace("cloud", instance_usd_per_hour=m.instance_usd_per_hour,
-                           gpus_per_instance=m.gpus_per_instance)
+    return pr.base.replace(
+        "cloud", instance_usd_per_hour=m.instance_usd_per_hour, gpus_per_instance=m.gpus_per_instance
+    )
 
 
 def right_size(pr: Pricing, key: str, cfg: Config, gpu_hours: pl.DataFrame) -> RightSize | None:
@@ -48,8 +51,9 @@ def right_size(pr: Pricing, key: str, cfg: Config, gpu_hours: pl.DataFrame) -> R
     price = costs.cloud_prices(cfg).flexible
     g = gpu_hours.filter((pl.col("mig_instance") < 0) & (pl.col("held_s") > 0))
     held_h = g["held_s"].to_numpy().astype(float) / 3600.0
-    act = (g["real_held_s"].fill_null(0.0).to_numpy().astype(float)
-           / np.maximum(g["held_s"].to_numpy().astype(float), 1e-12))
+    act = g["real_held_s"].fill_null(0.0).to_numpy().astype(float) / np.maximum(
+        g["held_s"].to_numpy().astype(float), 1e-12
+    )
     mem = g["max_mem_used_bytes"].to_numpy().astype(float) if g.height else np.zeros(0)
     known = np.isfinite(mem)
 
@@ -73,12 +77,31 @@ def right_size(pr: Pricing, key: str, cfg: Config, gpu_hours: pl.DataFrame) -> R
         free &= ~fits
         if hours <= 0:
             continue
-        targets.append(RightSizeTarget(
-            model=k, gpu_hours=hours, usd_per_gpu_hour=p, usd_today=hours * price, usd_on_target=hours * p,
-            saving_usd=hours * (price - p), throughput_ratio=ratio, memory_bytes=memory, dense_fp16_tflops=tflops))
+        targets.append(
+            RightSizeTarget(
+                model=k,
+                gpu_hours=hours,
+                usd_per_gpu_hour=p,
+                usd_today=hours * price,
+                usd_on_target=hours * p,
+                saving_usd=hours * (price - p),
+                throughput_ratio=ratio,
+                memory_bytes=memory,
+                dense_fp16_tflops=tflops,
+            )
+        )
     movable = sum(t.gpu_hours for t in targets)
     on_targets = sum(t.usd_on_target for t in targets)
     return RightSize(
-        model=key, dense_fp16_tflops=own.dense_fp16_tflops, headroom=headroom, held_gpu_hours=float(held_h.sum()),
-        movable_gpu_hours=movable, usd_per_gpu_hour=price, usd_today=movable * price, usd_on_targets=on_targets,
-        saving_usd=movable * price - on_targets, targets=tuple(targets), assumption=assumption(headroom))
+        model=key,
+        dense_fp16_tflops=own.dense_fp16_tflops,
+        headroom=headroom,
+        held_gpu_hours=float(held_h.sum()),
+        movable_gpu_hours=movable,
+        usd_per_gpu_hour=price,
+        usd_today=movable * price,
+        usd_on_targets=on_targets,
+        saving_usd=movable * price - on_targets,
+        targets=tuple(targets),
+        assumption=assumption(headroom),
+    )
