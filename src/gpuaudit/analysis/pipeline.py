@@ -153,9 +153,8 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
         decision = dataclasses.replace(decision, headline=f"{decision.headline} Per model: "
                                        f"{plan.description[0].lower()}{plan.description[1:]}")
     lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
-    pool_days = [daily(subset(roll, sp).gpu_hours, tr.start.timestamp(), tr.days) for sp in specs] if pr.many \
-        else [days]
     pool_hours = [subset(roll, sp).gpu_hours for sp in specs] if pr.many else [roll.gpu_hours]
+    pool_days = [daily(h, tr.start.timestamp(), tr.days) for h in pool_hours] if pr.many else [days]
     sizes = [right_size(pr, p.spec.key, p.cfg, h) for p, h in zip(parts, pool_hours, strict=False)]
     pools = pool_results(pr, parts, pool_me, pool_days, comp, block, decision, inputs, sizes)
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
