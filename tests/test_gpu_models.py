@@ -93,7 +93,8 @@ def test_catalogue_covers_the_issue_models_and_every_figure_has_a_source() -> No
         for f in FIGURES:
             value = getattr(spec, f)
             if value is None:
-                assert f == "hardware_usd_per_gpu", (key, f)  # only purchase prices are left out untraced
+                # only purchase prices and throughput figures are left out untraced
+                assert f in ("hardware_usd_per_gpu", "dense_fp16_tflops"), (key, f)
                 continue
             assert value > 0, (key, f)
             src = spec.sources[f]
@@ -118,6 +119,8 @@ def test_docs_table_agrees_with_the_catalogue() -> None:
         if spec.hardware_usd_per_gpu is not None:
             assert f"{spec.hardware_usd_per_gpu:,.0f}" in row, (key, row)
         assert f"{spec.busy_watts_per_gpu:g}" in row, (key, row)
+        last = row.rstrip(" |").rsplit("|", 1)[1].strip()  # the throughput column
+        assert last == (f"{spec.dense_fp16_tflops:g}" if spec.dense_fp16_tflops else "— (none traceable)"), (key, row)
 
 
 def _cfg(tmp_path: Path, text: str, name: str = "c.toml") -> Path:

@@ -110,6 +110,8 @@ class AnalysisConfig:
     growth_rates: tuple[float, ...] = _num(-0.99, 10.0)  # a fraction a year: 10 = 1000 %
     stopped_reporting_after_hours: float = _num(0.0, 1e6)
     consolidation_target: float = _num(0.0, 1.0, above=True)  # SM-weighted utilization to pack work to
+    # the right-size lever: SM activity × throughput ratio a smaller model may run at
+    right_size_headroom: float = _num(0.0, 1.0, above=True)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ _UNITS = {
     "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
     "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
     "discount_rate_per_year": "fraction/year", "owned_age_years": "years", "memory_bytes": "bytes",
+    "dense_fp16_tflops": "TFLOPS", "right_size_headroom": "fraction",
 }
 
 
@@ -317,11 +320,15 @@ def _model_meta(name: str) -> tuple[Any, Any]:
         return float, meta
     if name == "memory_bytes":
         return int, {"min": 1, "max": 1e15}  # a petabyte on one board is a typo
+    if name == "dense_fp16_tflops":
+        # a throughput, not a price: bounds only, no plausible range (a B200 is about 2,250)
+        return float, {"min": 0.0, "above": True, "max": 1e5}
     raise KeyError(name)
 
 
-# What a model of the operator's own must give (memory is optional: only the right-sizing lever reads it).
-NEW_MODEL_FIGURES = tuple(f for f in FIGURES if f != "memory_bytes")
+# What a model of the operator's own must give (memory and throughput are optional: only the right-size lever
+# reads them).
+NEW_MODEL_FIGURES = tuple(f for f in FIGURES if f not in ("memory_bytes", "dense_fp16_tflops"))
 
 
 def _collect_models(values: Any, label: str, out: dict[str, dict[str, tuple[Any, str]]]) -> None:

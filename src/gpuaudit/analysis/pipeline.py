@@ -35,6 +35,7 @@ from gpuaudit.analysis.result import (
     Table,
     TornadoColumns,
 )
+from gpuaudit.analysis.rightsize import right_size
 from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado
 from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
@@ -152,9 +153,10 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
         decision = dataclasses.replace(decision, headline=f"{decision.headline} Per model: "
                                        f"{plan.description[0].lower()}{plan.description[1:]}")
     lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
-    pool_days = [daily(subset(roll, sp).gpu_hours, tr.start.timestamp(), tr.days) for sp in specs] if pr.many \
-        else [days]
-    pools = pool_results(pr, parts, pool_me, pool_days, comp, block, decision, inputs)
+    pool_hours = [subset(roll, sp).gpu_hours for sp in specs] if pr.many else [roll.gpu_hours]
+    pool_days = [daily(h, tr.start.timestamp(), tr.days) for h in pool_hours] if pr.many else [days]
+    sizes = [right_size(pr, p.spec.key, p.cfg, h) for p, h in zip(parts, pool_hours, strict=False)]
+    pools = pool_results(pr, parts, pool_me, pool_days, comp, block, decision, inputs, sizes)
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=measured, bucket_s=bucket_s,
                     sensitivity=sens, confidence=conf, consolidation=lever, ledger=led,

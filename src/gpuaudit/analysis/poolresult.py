@@ -11,13 +11,13 @@ from gpuaudit.analysis.confidence import real_interval
 from gpuaudit.analysis.decision import branch_for
 from gpuaudit.analysis.measure import Measure
 from gpuaudit.analysis.pools import Composed, Part, Pricing, action, price_note
-from gpuaudit.analysis.result import Decision, DecisionInputs, Pool
+from gpuaudit.analysis.result import Decision, DecisionInputs, Pool, RightSize
 from gpuaudit.analysis.scenarios import CostBlock
 
 
 def pool_results(pr: Pricing, parts: Sequence[Part], measures: Sequence[Measure], days: Sequence[pl.DataFrame],
-                 comp: Composed | None, block: CostBlock, decision: Decision, inputs: DecisionInputs
-                 ) -> tuple[Pool, ...]:
+                 comp: Composed | None, block: CostBlock, decision: Decision, inputs: DecisionInputs,
+                 right_sizes: Sequence[RightSize | None] = ()) -> tuple[Pool, ...]:
     """One Pool per model pool, in the pools' order (most GPUs first). With one pool its plans are the fleet's."""
     a = pr.base.analysis
     fleet_plan = decision.recommended_scenario or block.cheapest
@@ -43,5 +43,6 @@ def pool_results(pr: Pricing, parts: Sequence[Part], measures: Sequence[Measure]
             break_even_billed_utilization=u if u is not None and u <= 1.0 else None,
             usd_per_gpu_hour=b.prices.list, flexible_usd_per_gpu_hour=b.prices.flexible,
             hardware_usd_per_gpu=part.cfg.on_prem.hardware_usd_per_gpu, price_source=price_note(pr, i),
+            right_size=right_sizes[i] if i < len(right_sizes) else None,
         ))
     return tuple(out)

@@ -808,6 +808,44 @@ class Consolidation:
 
 
 @dataclass(frozen=True)
+class RightSizeTarget:
+    """The held GPU-hours of a pool the right-size lever moves to one cheaper model: `gpu_hours`, priced today
+    at the pool's flexible cloud price (`usd_today`) and on the target at its own (`usd_per_gpu_hour`,
+    `usd_on_target`); `throughput_ratio`: the pool model's dense FP16 TFLOPS ÷ the target's."""
+
+    model: str
+    gpu_hours: float
+    usd_per_gpu_hour: float
+    usd_today: float
+    usd_on_target: float
+    saving_usd: float
+    throughput_ratio: float
+    memory_bytes: int
+    dense_fp16_tflops: float
+
+
+@dataclass(frozen=True)
+class RightSize:
+    """The right-size lever of one pool (analysis/rightsize.py), a what-if never counted as cheapest: over the
+    trial, on the GPUs measured, the held GPU-hours whose peak memory fits a cheaper model and whose SM activity
+    × throughput ratio is at most `headroom`, each on the cheapest such model. Money is at flexible cloud prices
+    (the configured mix), the pool's today against each target's."""
+
+    model: str
+    dense_fp16_tflops: float
+    headroom: float
+    held_gpu_hours: float
+    movable_gpu_hours: float
+    usd_per_gpu_hour: float
+    usd_today: float
+    usd_on_targets: float
+    saving_usd: float
+    targets: tuple[RightSizeTarget, ...]
+    assumption: str
+    what_if: bool = True
+
+
+@dataclass(frozen=True)
 class Pool:
     """The GPUs of one model (ModelFound.model), measured and priced on their own (analysis/pools.py).
 
@@ -844,6 +882,8 @@ class Pool:
     flexible_usd_per_gpu_hour: float
     hardware_usd_per_gpu: float
     price_source: str
+    # the right-size what-if (None: the catalogue has no throughput figure for this model)
+    right_size: RightSize | None = None
 
 
 @dataclass(frozen=True)

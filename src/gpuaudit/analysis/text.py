@@ -69,6 +69,21 @@ def _pool_lines(r: AnalysisResult) -> list[str]:
     return out
 
 
+def _right_size_lines(r: AnalysisResult) -> list[str]:
+    """Per pool where some held GPU-hours fit a cheaper model: the what-if, with its assumption beside it."""
+    out = []
+    for p in r.pools:
+        rs = p.right_size
+        if rs is None or not rs.targets:
+            continue
+        where = ", ".join(f"{t.gpu_hours:,.1f} h to {t.model} at ${t.usd_per_gpu_hour:.2f}/GPU-h" for t in rs.targets)
+        out.append(f"right-size {rs.model} (what-if, never counted as cheapest): {rs.movable_gpu_hours:,.1f} of "
+                   f"{rs.held_gpu_hours:,.1f} held GPU-hours fit a cheaper model ({where}): ${rs.usd_today:,.0f} "
+                   f"at ${rs.usd_per_gpu_hour:.2f}/GPU-h → ${rs.usd_on_targets:,.0f}, saving ${rs.saving_usd:,.0f} "
+                   f"over the trial, {rs.assumption}")
+    return out
+
+
 def _mix(s: CostScenario) -> str:
     """The mix a plan's cloud GPU-hours are priced at, beside its total."""
     return f"  (cloud GPU-hours {s.priced_mix.text})" if s.priced_mix else ""
@@ -86,6 +101,7 @@ def summary(r: AnalysisResult) -> str:
         f"{t.hosts} hosts, {t.samples:,} samples" + (" — PROVISIONAL (< 90 days)" if t.provisional else ""),
         *_model_lines(r),
         *_pool_lines(r),
+        *_right_size_lines(r),
         f"observed GPU-hours W      {u.observed_gpu_hours.value:,.1f}",
         f"runtime GPU-hours R       {u.runtime_gpu_hours.value:,.1f}",
         f"real GPU-hours S          {u.real_gpu_hours.value:,.1f}{ub}",

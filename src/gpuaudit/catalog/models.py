@@ -11,8 +11,9 @@ from importlib.resources import files
 from typing import Any
 
 # The figures each model carries, in the names the config's [cloud] / [on_prem] use where they have one.
+# dense_fp16_tflops is no price: it is the right-size lever's relative throughput (analysis/rightsize.py).
 FIGURES = ("instance_usd_per_hour", "gpus_per_instance", "hardware_usd_per_gpu", "idle_watts_per_gpu",
-           "busy_watts_per_gpu", "gpus_per_node", "memory_bytes")
+           "busy_watts_per_gpu", "gpus_per_node", "memory_bytes", "dense_fp16_tflops")
 INT_FIGURES = frozenset({"gpus_per_instance", "gpus_per_node", "memory_bytes"})
 GIB = 1024**3
 
@@ -42,6 +43,7 @@ class ModelSpec:
     busy_watts_per_gpu: float | None
     gpus_per_node: int | None
     memory_bytes: int | None
+    dense_fp16_tflops: float | None  # dense FP16 / BF16 tensor TFLOPS, no sparsity (the datasheet's)
     sources: dict[str, Source] = field(default_factory=dict, hash=False)
 
     @property

@@ -119,6 +119,9 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     tables: tuple[ReportTable, ...] = (table, plans, comp, cash)
     if len(r.pools) > 1:
         tables = (pool_table(r), *tables)
+    sized = right_size_table(r)
+    if sized is not None:
+        tables = (*tables, sized)
     step("chart: cost per scenario")
     ids = [s.id for s in base]
     chart = Chart(
@@ -207,4 +210,32 @@ def pool_table(r: AnalysisResult) -> ReportTable:
         caption="Per GPU model, each at its own prices (present value; the fleet-level fixed costs, "
         f"{fmt.money(fixed)} of base staff, network, egress and managed services, are counted once in the fleet "
         "totals above, not in these)",
+    )
+
+
+def right_size_table(r: AnalysisResult) -> ReportTable | None:
+    """The right-size what-if: per pool and cheaper model, the held GPU-hours that fit it and their cost today vs
+    on it, with the assumption in the caption (None: nothing fits a cheaper model)."""
+    rows = []
+    assumption = ""
+    for p in r.pools:
+        rs = p.right_size
+        if rs is None:
+            continue
+        assumption = rs.assumption
+        for t in rs.targets:
+            rows.append((rs.model, t.model, f"{t.gpu_hours:,.1f} of {rs.held_gpu_hours:,.1f}",
+                         f"{t.throughput_ratio:,.2f}", f"{rs.usd_per_gpu_hour:,.2f} → {t.usd_per_gpu_hour:,.2f}",
+                         fmt.money(t.usd_today, exact=True), fmt.money(t.usd_on_target, exact=True),
+                         fmt.money(t.saving_usd, exact=True)))
+    if not rows:
+        return None
+    return ReportTable(
+        columns=("model", "could run on", "held GPU-hours", "throughput ratio", "flexible $ per GPU-hour",
+                 "cost today", "cost on it", "saving"),
+        rows=tuple(rows),
+        numeric=(False, False, True, True, True, True, True, True),
+        caption="Right-size (what-if, never counted as cheapest): over the trial, on the GPUs measured, the held "
+        f"GPU-hours that fit a cheaper model, each on the cheapest that fits, {assumption} (throughput ratio: "
+        "this model's dense FP16 TFLOPS ÷ that one's; the catalogue's sources are in docs/analyzer.md)",
     )
