@@ -77,7 +77,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         "of the GPU's streaming multiprocessors doing work."
         + (" Allocated is what the scheduler shows: GPUs it gave to jobs, used or not." if scheduled else ""),
     )
-    ledger_parts = _ledger_parts(r, step) if led is not None else ((), ())
+    ledger_parts = _ledger_parts(r) if led is not None else ((), ())
     rows = []
     for label, f in (
         ("W observed GPU-hours", u.observed_gpu_hours),
@@ -135,7 +135,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     )
 
 
-def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...], tuple[ReportTable, ...]]:
+def _ledger_parts(r: Any) -> tuple[tuple[Chart, ...], tuple[ReportTable, ...]]:
     """The four-state ledger: the fleet's states as a table, and per week as stacked bars."""
     led = r.ledger
     w = led.observed_gpu_hours.value or 0.0
