@@ -128,3 +128,31 @@ def test_an_unused_pool_leaves_no_process() -> None:
         assert not none.started
         spec = ChartSpec("trend", labels=("2026-W01",), series=(Series("runtime", (0.5,)), Series("real", (0.2,))))
         assert none.draw([(spec, False)]) == [charts.draw(spec)]
+
+
+def test_the_report_flow_draws_its_charts_in_the_pool(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`gpuaudit report` starts the chart worker before the analysis: matplotlib is imported and every chart is
+    drawn there, and the files hold what this process would have drawn."""
+    from tests.report_helpers import write_fixed_dataset
+
+    from gpuaudit import flows
+    from gpuaudit.report import chartpool
+
+    write_fixed_dataset(tmp_path / "data", days=7)
+    monkeypatch.setattr(chartpool, "default_drawers", lambda: 2)
+    started = []
+    pool_init = ChartPool.__init__
+
+    def counted_init(self, drawers=None):  # type: ignore[no-untyped-def]
+        started.append(drawers)
+        pool_init(self, drawers)
+
+    monkeypatch.setattr(ChartPool, "__init__", counted_init)
+    made = _count_figures(monkeypatch)
+    written = flows.report_dataset(tmp_path / "data", tmp_path / "out", formats="html,md", quiet=True)
+    assert started == [2] and made == []
+    for chart in written.report.charts():
+        assert (tmp_path / "out" / "charts" / f"{chart.name}.svg").read_text() == charts.draw(chart.spec)
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.count('<svg class="narrow"') == len(written.report.charts())
+    capsys.readouterr()
