@@ -105,16 +105,14 @@ class ChartPool:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a worker that was sent no jobs: closing its input is its signal to exit."""
+    """End a worker that has nothing (more) to draw: it holds no state, so it is killed, not waited for (an
+    analysis that failed must not wait for matplotlib's import to finish)."""
+    proc.kill()
+    proc.wait()
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             with contextlib.suppress(OSError):
                 pipe.close()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _reply(proc: subprocess.Popen[bytes], n: int) -> list[str | None]:
