@@ -26,8 +26,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end;
 # layout: `gpuaudit report` at 100 M rows, the code before issue 15's restructure against the code now;
-# concurrency: readers during a compaction and a push prune of >= 3,000 small files.
-AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet", "layout", "concurrency")
+# concurrency: readers during a compaction and a push prune of >= 3,000 small files; fixed_cost: the report of a
+# 2-GPU, 1-day fleet against the import of its libraries.
+AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet", "layout", "concurrency", "fixed_cost")
 
 
 def machine() -> str:

@@ -17,6 +17,7 @@ from gpuaudit.analysis.config import load_config
 from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.text import summary
 from gpuaudit.errors import GpuauditError
+from gpuaudit.report import charts
 from gpuaudit.report.sections import build_report
 
 
@@ -156,7 +157,7 @@ def test_sensitivity_chart_legend_uses_the_configured_fraction() -> None:
     cfg = load_config().replace("analysis", sensitivity_fraction=0.1)
     r = analyze_rollups(rollups(_fleet(2)), cfg)
     section = next(s for s in build_report(r, version="test").sections if s.key == "sensitivity")
-    svg = section.charts[0].svg
+    svg = charts.draw(section.charts[0].spec)
     assert "10%" in svg.replace(" %", "%") and "30%" not in svg.replace(" %", "%")
 
 

@@ -12,6 +12,7 @@ from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
 from gpuaudit.analysis.overrides import Overrides
 from gpuaudit.analysis.plans import is_cloud_used
+from gpuaudit.report import charts
 from gpuaudit.report.sections import build_report
 
 
@@ -91,7 +92,7 @@ def test_without_a_different_allowed_plan_the_tornado_moves_the_plans_cost(burst
     assert hw["base_margin_usd"] is None and hw["swing_usd"] == pytest.approx(
         abs(hw["high_plan_usd"] - hw["low_plan_usd"])) and hw["swing_usd"] > 0
     chart = next(c for s in build_report(r, version="t").sections for c in s.charts if c.name == "sensitivity")
-    assert "no runner-up" in chart.caption and "cost over the horizon" in chart.svg
+    assert "no runner-up" in chart.caption and "cost over the horizon" in charts.draw(chart.spec)
 
 
 def test_after_a_tie_the_tornado_is_about_staying() -> None:

@@ -9,6 +9,7 @@ from tests.test_latency_and_ties import _busy_fleet, _cfg
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.scenarios import is_cloud_used
+from gpuaudit.report import charts
 from gpuaudit.report.sections import build_report
 
 
@@ -46,4 +47,4 @@ def test_the_recommended_plans_margin_moves_the_right_way() -> None:
         abs(r.sensitivity.tornado.rows[0]["high_margin_usd"] - r.sensitivity.tornado.rows[0]["low_margin_usd"]))
     chart = next(c for s in build_report(r, version="t").sections for c in s.charts if c.name == "sensitivity")
     assert "than the next cheapest different plan" in chart.caption
-    assert "margin over the next cheapest plan" in chart.svg
+    assert "margin over the next cheapest plan" in charts.draw(chart.spec)

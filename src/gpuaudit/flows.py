@@ -74,15 +74,18 @@ def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json"
     """Analyze `root` and write the report into `out` (and the chargeback files per `by` key: account, user,
     partition, namespace); print a short summary unless quiet."""
     from gpuaudit.report.chargeback import parse_by
+    from gpuaudit.report.chartpool import ChartPool, default_drawers
     from gpuaudit.report.terminal import print_summary, progress_steps
     from gpuaudit.report.writer import parse_formats, write_report
     from gpuaudit.util.textsafe import printable
 
     wanted = parse_formats(formats)  # fail on a bad --format or --by before the long part
     keys = parse_by(by)
-    with progress_steps(not quiet) as step:
+    # The chart worker starts now: it imports matplotlib while the analysis runs (report/chartpool.py).
+    drawers = default_drawers() if {"html", "md"} & set(wanted) else 0
+    with progress_steps(not quiet) as step, ChartPool(drawers) as pool:
         result = analyze(root, config, preset, step, overrides, engine, cache)
-        written = write_report(result, out, wanted, progress=step, by=keys)
+        written = write_report(result, out, wanted, progress=step, by=keys, pool=pool)
     if quiet:
         for path in written.files.values():
             print(printable(str(path)))

@@ -1,6 +1,7 @@
 """Static SVG charts for the report, drawn with matplotlib's SVG backend.
 
-Every function takes plain data (lists, numbers) and returns one standalone SVG document as text. The
+`draw(spec)` draws a `model.ChartSpec` (what the sections build) at the wide or the phone's width; each drawing
+function under it takes plain data (lists, numbers) and returns one standalone SVG document as text. The
 charts sit on an explicit white card with dark ink so they read the same in light and dark mail
 clients and in print. Names in labels are untrusted: mathtext is off (a `$` in a user name must not
 become a formula) and the SVG writer escapes markup.
@@ -15,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
+
+from gpuaudit.report.model import ChartKind, ChartSpec
 
 if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn, never by importing the report
     from matplotlib.axis import Axis
@@ -74,8 +77,9 @@ def _is_narrow() -> bool:
     return _NARROW.get()
 
 
-def _figure(height_in: float, name: str, narrow_height_in: float | None = None
-            ) -> tuple[Figure, AbstractContextManager[Any]]:
+def _figure(
+    height_in: float, name: str, narrow_height_in: float | None = None
+) -> tuple[Figure, AbstractContextManager[Any]]:
     import matplotlib
 
     matplotlib.use("svg")
@@ -94,8 +98,14 @@ def _title(ax: Any, text: str) -> None:
     if not _is_narrow():
         ax.set_title(text)
         return
-    ax.figure.suptitle(textwrap.fill(text, 40), x=0.01, ha="left", fontsize=_STYLE["axes.titlesize"],
-                       fontweight=_STYLE["axes.titleweight"], color=INK)
+    ax.figure.suptitle(
+        textwrap.fill(text, 40),
+        x=0.01,
+        ha="left",
+        fontsize=_STYLE["axes.titlesize"],
+        fontweight=_STYLE["axes.titleweight"],
+        color=INK,
+    )
 
 
 def _legend(ax: Any, *, ncols: int, narrow_cols: int = 1, **kwargs: Any) -> None:
@@ -119,12 +129,25 @@ def _ticks(n: int, wide: int = 10, narrow_: int = 4) -> int:
 
 
 def _svg(fig: Figure, ctx: AbstractContextManager[Any], title: str) -> str:
+    """The figure as SVG, laid out and drawn once: `savefig` draws it a second time first, with output off, only
+    to run the layout engine, which the SVG canvas's own draw runs anyway (the same bytes, a third less time)."""
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+
     buf = io.StringIO()
     try:
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Title": title})
+        FigureCanvasSVG(fig).print_svg(buf, metadata={"Date": None, "Creator": None, "Title": title})
     finally:
         ctx.__exit__(None, None, None)
     return buf.getvalue()
+
+
+def warm() -> None:
+    """Import what drawing needs (about half a second: a worker does it while the analysis runs)."""
+    import matplotlib
+
+    matplotlib.use("svg")
+    import matplotlib.backends.backend_svg
+    import matplotlib.figure
 
 
 def inline(svg: str, label: str, prefix: str = "c", css_class: str = "") -> str:
@@ -209,12 +232,12 @@ def _wrap2(label: str, width: int) -> str:
     return "\n".join(lines) or ""
 
 
-def utilization_bars(runtime_util: float, real_util: float, busy_util: float | None = None,
-                     allocated_util: float | None = None) -> str:
+def utilization_bars(
+    runtime_util: float, real_util: float, busy_util: float | None = None, allocated_util: float | None = None
+) -> str:
     """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded; with
     scheduler allocations, the allocated share on top as what is believed and runtime hours as held."""
-    fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization",
-                       2.8 if allocated_util is None else 3.3)
+    fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization", 2.8 if allocated_util is None else 3.3)
     ax = fig.add_subplot()
     rows = [("Runtime hours (believed)", runtime_util, BELIEVED)]
     if allocated_util is not None:
@@ -238,10 +261,13 @@ def utilization_bars(runtime_util: float, real_util: float, busy_util: float | N
     return _svg(fig, ctx, "Believed vs real utilization")
 
 
-LEDGER_COLORS = {"productive": REAL, "held_idle": WASTE, "allocated_no_process": "#f59e0b",
-                 "unallocated": "#cbd2d9"}
-LEDGER_LABELS = {"productive": "productive (SM active)", "held_idle": "held, SMs idle",
-                 "allocated_no_process": "allocated, no process", "unallocated": "unallocated"}
+LEDGER_COLORS = {"productive": REAL, "held_idle": WASTE, "allocated_no_process": "#f59e0b", "unallocated": "#cbd2d9"}
+LEDGER_LABELS = {
+    "productive": "productive (SM active)",
+    "held_idle": "held, SMs idle",
+    "allocated_no_process": "allocated, no process",
+    "unallocated": "unallocated",
+}
 
 
 def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
@@ -302,8 +328,7 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     if hi - lo < 1e-6:
         lo, hi = max(0.0, lo - 0.01), hi + 0.01
-    im = ax.pcolormesh(np.ma.masked_invalid(data), cmap="Blues", vmin=lo, vmax=hi, edgecolors="white",
-                       linewidth=0.3)
+    im = ax.pcolormesh(np.ma.masked_invalid(data), cmap="Blues", vmin=lo, vmax=hi, edgecolors="white", linewidth=0.3)
     ax.invert_yaxis()
     ax.set_yticks([d + 0.5 for d in range(7)], _DAYS)
     every = 6 if _is_narrow() else 3
@@ -368,7 +393,10 @@ def _thin_survival(gpus: Sequence[float], share: Sequence[float]) -> tuple[list[
 
 
 def demand_duration(
-    gpus: Sequence[float], share_of_time: Sequence[float], n_owned: float | None, fleet: float | None,
+    gpus: Sequence[float],
+    share_of_time: Sequence[float],
+    n_owned: float | None,
+    fleet: float | None,
     xlabel: str = "GPUs in demand",
 ) -> str:
     """Demand as a duration curve: for each GPU count, the share of time demand was at least that high.
@@ -388,8 +416,15 @@ def demand_duration(
         # Near the right edge the words go to the line's left, or they run past the chart.
         right = n_owned > 0.6 * max([*gpus, fleet or 0.0, 1.0])
         words = f"hybrid owns N = {n_owned:,.0f}"
-        ax.text(n_owned, 1.02, f"{words} " if right else f" {words}", color=ONPREM, va="bottom",
-                ha="right" if right else "left", fontweight="bold")
+        ax.text(
+            n_owned,
+            1.02,
+            f"{words} " if right else f" {words}",
+            color=ONPREM,
+            va="bottom",
+            ha="right" if right else "left",
+            fontweight="bold",
+        )
     if fleet is not None:
         ax.axvline(fleet, color=BELIEVED, lw=1, ls=":")
         ax.text(fleet, 0.5, f" fleet {fleet:,.0f}", color=INK, rotation=90, va="center", fontsize=8)
@@ -419,11 +454,24 @@ def break_even_curve(
     ax.plot(list(utilization), list(onprem_cost), color=ONPREM, lw=2, label="on-prem")
     if break_even_util is not None:
         ax.axvline(break_even_util, color=INK, lw=1, ls="--")
-        ax.text(break_even_util, 0.98, f" break-even {break_even_util * 100:.0f} %", transform=ax.get_xaxis_transform(),
-                va="top", color=INK)
+        ax.text(
+            break_even_util,
+            0.98,
+            f" break-even {break_even_util * 100:.0f} %",
+            transform=ax.get_xaxis_transform(),
+            va="top",
+            color=INK,
+        )
     ax.axvline(today_util, color=TODAY, lw=2)
-    ax.text(today_util, 0.85, f" today {today_util * 100:.1f} %", transform=ax.get_xaxis_transform(),
-            va="top", color=TODAY, fontweight="bold")
+    ax.text(
+        today_util,
+        0.85,
+        f" today {today_util * 100:.1f} %",
+        transform=ax.get_xaxis_transform(),
+        va="top",
+        color=TODAY,
+        fontweight="bold",
+    )
     ax.set_xlim(0, 1)
     _pct_axis(ax.xaxis)
     ax.set_ylim(bottom=0)
@@ -443,8 +491,15 @@ def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | N
     ax.plot(list(owned), list(total), color=REAL, lw=2)
     if n_star is not None:
         ax.axvline(n_star, color=ONPREM, lw=1.5, ls="--")
-        ax.text(n_star, 0.98, f" N* = {n_star:,.0f}", transform=ax.get_xaxis_transform(), va="top",
-                color=ONPREM, fontweight="bold")
+        ax.text(
+            n_star,
+            0.98,
+            f" N* = {n_star:,.0f}",
+            transform=ax.get_xaxis_transform(),
+            va="top",
+            color=ONPREM,
+            fontweight="bold",
+        )
     ax.set_xlim(left=0)
     ax.yaxis.set_major_formatter(_money_formatter())
     ax.set_xlabel("GPUs owned (N)")
@@ -479,9 +534,28 @@ def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int
     return _svg(fig, ctx, "Cost per scenario")
 
 
-def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], base: float, unit: str,
-            title: str, fraction: float = 0.3) -> str:
+def tornado(
+    labels: Sequence[str],
+    low: Sequence[float],
+    high: Sequence[float],
+    base: float,
+    unit: str,
+    title: str,
+    fraction: float = 0.3,
+) -> str:
     """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
+    return _tornado(labels, low, high, base, unit, title, (f"input −{fraction:.0%}", f"input +{fraction:.0%}"))
+
+
+def _tornado(
+    labels: Sequence[str],
+    low: Sequence[float],
+    high: Sequence[float],
+    base: float,
+    unit: str,
+    title: str,
+    legend: Sequence[str],
+) -> str:
     n = max(len(labels), 1)
     fig, ctx = _figure(0.9 + 0.3 * n, "tornado", 1.6 + 0.42 * n)
     ax = fig.add_subplot()
@@ -498,8 +572,15 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
         # In a lane of its own below the lowest bar: over the axes it sat on the title, beside a bar on the bar.
         ax.set_ylim(-1.2, len(order) - 0.5)
         right = 0 - lo_x > (hi_x - lo_x) / 2  # the line is in the right half: the words go to its left
-        ax.text(0, -0.85, "equal cost " if right else " equal cost", color=TODAY, va="center",
-                ha="right" if right else "left", fontsize=8)
+        ax.text(
+            0,
+            -0.85,
+            "equal cost " if right else " equal cost",
+            color=TODAY,
+            va="center",
+            ha="right" if right else "left",
+            fontsize=8,
+        )
     ax.set_yticks(ys, [_short(str(labels[i]), 34) for i in order])
     ax.xaxis.set_major_formatter(_money_formatter() if ("$" in unit or "USD" in unit) else _plain_formatter())
     if _is_narrow():
@@ -513,9 +594,15 @@ def tornado(labels: Sequence[str], low: Sequence[float], high: Sequence[float], 
     ax.set_axisbelow(True)
     from matplotlib.patches import Patch
 
-    _legend(ax, ncols=1, narrow_cols=2, handles=[Patch(color=ONPREM, label=f"input −{fraction:.0%}"),
-                                                 Patch(color=CLOUD, label=f"input +{fraction:.0%}")],
-            frameon=False, loc="lower right", fontsize=8)
+    _legend(
+        ax,
+        ncols=1,
+        narrow_cols=2,
+        handles=[Patch(color=ONPREM, label=legend[0]), Patch(color=CLOUD, label=legend[1])],
+        frameon=False,
+        loc="lower right",
+        fontsize=8,
+    )
     _title(ax, title)
     return _svg(fig, ctx, title)
 
@@ -546,3 +633,73 @@ def _thousands_formatter():
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:,.0f}")
+
+
+# -- specs ---------------------------------------------------------------------------------------------------------
+
+
+def draw(spec: ChartSpec, *, narrow: bool = False) -> str:
+    """The chart `spec` as one standalone SVG document, drawn for a phone's width when `narrow`."""
+    token = _NARROW.set(narrow)
+    try:
+        return _DRAW[spec.kind](spec)
+    finally:
+        _NARROW.reset(token)
+
+
+def _series(spec: ChartSpec, key: str) -> list[float]:
+    """The series `key` as floats (a missing value counts 0), empty if the spec has no such series."""
+    return [0.0 if v is None else float(v) for v in spec.values(key) or ()]
+
+
+def _one(spec: ChartSpec, key: str) -> float | None:
+    values = spec.values(key)
+    return None if not values or values[0] is None else float(values[0])
+
+
+def _need(value: float | None, spec: ChartSpec, what: str) -> float:
+    if value is None:
+        raise ValueError(f"a {spec.kind} chart needs {what}")
+    return value
+
+
+def _draw_tornado(s: ChartSpec) -> str:
+    base = _need(s.threshold("base"), s, "a base threshold")
+    return _tornado(
+        s.labels,
+        _series(s, "low"),
+        _series(s, "high"),
+        base,
+        s.unit,
+        s.title,
+        tuple(x.label for x in s.series if x.key in ("low", "high")),
+    )
+
+
+_DRAW: dict[ChartKind, Callable[[ChartSpec], str]] = {
+    "utilization": lambda s: utilization_bars(
+        _need(_one(s, "runtime"), s, "a runtime series"),
+        _need(_one(s, "real"), s, "a real series"),
+        _one(s, "busy"),
+        _one(s, "allocated"),
+    ),
+    "ledger": lambda s: ledger_weekly(s.labels, {x.key: _series(s, x.key) for x in s.series}),
+    "ranked-bars": lambda s: top_bars(s.labels, _series(s, "value"), s.title, s.unit),
+    "heatmap": lambda s: hour_of_week_heatmap([x.values for x in s.series], s.title),
+    "trend": lambda s: weekly_trend(s.labels, _series(s, "runtime"), _series(s, "real")),
+    "duration": lambda s: demand_duration(
+        s.x, _series(s, "share"), s.threshold("owned"), s.threshold("fleet"), s.x_label
+    ),
+    "break-even": lambda s: break_even_curve(
+        s.x,
+        _series(s, "cloud"),
+        _series(s, "on-prem"),
+        _need(s.threshold("today"), s, "a today threshold"),
+        s.threshold("break-even"),
+        s.unit,
+        s.x_label,
+    ),
+    "cost-curve": lambda s: cost_curve(s.x, _series(s, "total"), s.threshold("n-star"), s.unit),
+    "scenarios": lambda s: cost_scenarios(s.labels, _series(s, "total"), s.highlight, s.unit),
+    "tornado": _draw_tornado,
+}

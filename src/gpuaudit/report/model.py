@@ -7,8 +7,8 @@ to it (HTML title attribute and footnote line, Markdown footnote).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,70 @@ class ReportTable:
     empty: str = "nothing to show"  # what to print when there are no rows
 
 
+ChartKind = Literal[
+    "utilization",  # believed vs real: one horizontal bar per utilization basis, the phantom gap shaded
+    "ledger",  # the four ledger states stacked per week
+    "ranked-bars",  # categories ranked by one value, largest on top
+    "heatmap",  # a 7 x 24 grid of fractions (Monday first, hours in UTC)
+    "trend",  # runtime-hour and real utilization per week
+    "duration",  # a duration curve: share of time demand was at least x
+    "break-even",  # cost of each option against utilization
+    "cost-curve",  # one cost curve over a count, its minimum marked
+    "scenarios",  # one total per scenario, the recommended one highlighted
+    "tornado",  # each input's low and high outcome around a base
+]
+
+
+@dataclass(frozen=True)
+class Series:
+    """One run of values of a chart: a bar row, a line, a stacked layer, a heatmap row. `key` is the machine
+    name the drawing looks it up by; `label` is what the legend says."""
+
+    key: str
+    values: tuple[float | None, ...]
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A value marked on a chart's axis: today's utilization, the break-even, N*, the fleet size, a base."""
+
+    key: str
+    value: float
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """What a chart shows, as data: the sections build it, the renderers draw it (report/charts.py), once per
+    width they need. Values are plain numbers; labels are untrusted text, escaped when drawn."""
+
+    kind: ChartKind
+    title: str = ""  # drawn over the plot by the kinds that take one (ranked bars, heatmap, tornado)
+    series: tuple[Series, ...] = ()
+    labels: tuple[str, ...] = ()  # categories (bars) or x labels (weeks)
+    x: tuple[float, ...] = ()  # numeric x of every series (curves)
+    unit: str = ""  # the value axis
+    x_label: str = ""  # the x axis where it is not the value axis
+    thresholds: tuple[Threshold, ...] = ()
+    highlight: int | None = None  # the category drawn in the accent colour
+
+    def values(self, key: str) -> tuple[float | None, ...] | None:
+        """The values of the series `key`, None if the chart has no such series."""
+        return next((s.values for s in self.series if s.key == key), None)
+
+    def threshold(self, key: str) -> float | None:
+        return next((t.value for t in self.thresholds if t.key == key), None)
+
+
 @dataclass(frozen=True)
 class Chart:
-    """A static SVG chart. `name` is its file stem next to the Markdown report."""
+    """A static chart. `name` is its file stem next to the Markdown report; `spec` is drawn when rendering."""
 
     name: str
-    title: str
-    svg: str  # standalone SVG document
+    title: str  # the chart's name for readers (alt text, file title)
+    spec: ChartSpec
     caption: str = ""
-    # the same chart drawn for a phone's width (HTML only, drawn when the HTML is rendered); None: use `svg`
-    narrow_svg: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,16 @@ the same from a source tree, an editable install or a zipped wheel.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit.report.model import Report
 
 if TYPE_CHECKING:
     import jinja2
+
+    from gpuaudit.report.chartpool import ChartPool
 from gpuaudit.util.textsafe import visible
 
 HTML_TEMPLATE = "report.html.j2"
@@ -78,18 +82,48 @@ def _md_env() -> jinja2.Environment:
     )
 
 
-def render_html(report: Report) -> str:
+@dataclass(frozen=True)
+class DrawnChart:
+    """One chart's SVG documents: at the report's width, and (for HTML) at a phone's."""
+
+    wide: str
+    narrow: str | None = None
+
+
+def draw_charts(
+    report: Report, *, narrow: bool = True, progress: Callable[[str], None] | None = None, pool: ChartPool | None = None
+) -> dict[str, DrawnChart]:
+    """Every chart of `report` drawn from its spec, by name; `narrow`: each also at a phone's width. `pool`:
+    workers that draw them (report/chartpool.py), else this process does."""
+    charts = report.charts()
+    if progress is not None and charts:
+        progress(f"drawing {len(charts)} charts" + (" at two widths" if narrow else ""))
+    jobs = [(c.spec, n) for c in charts for n in ((False, True) if narrow else (False,))]
+    if pool is not None:
+        svgs = iter(pool.draw(jobs))
+    else:
+        from gpuaudit.report.charts import draw
+
+        svgs = iter([draw(spec, narrow=n) for spec, n in jobs])
+    return {c.name: DrawnChart(next(svgs), next(svgs) if narrow else None) for c in charts}
+
+
+def render_html(report: Report, drawn: dict[str, DrawnChart] | None = None) -> str:
+    """The self-contained HTML report; `drawn`: its charts already drawn (`draw_charts`), else drawn here."""
     from markupsafe import Markup
 
     from gpuaudit.report.charts import inline
 
+    drawn = drawn if drawn is not None else draw_charts(report)
     # matplotlib's SVG writer escapes every text node, so the chart markup itself is trusted.
-    svgs = {c.name: Markup(inline(c.svg, c.title, prefix=f"chart-{c.name}", css_class="wide" if c.narrow_svg
-                                  else "")) for c in report.charts()}
-    # A phone gets the chart drawn for its width (the CSS shows one of the two): scaled down, the wide chart's
-    # text would be ~5 px there.
-    narrow = {c.name: Markup(inline(c.narrow_svg(), c.title, prefix=f"chart-{c.name}-n", css_class="narrow"))
-              for c in report.charts() if c.narrow_svg is not None}
+    svgs, narrow = {}, {}
+    for c in report.charts():
+        d = drawn[c.name]
+        svgs[c.name] = Markup(inline(d.wide, c.title, prefix=f"chart-{c.name}", css_class="wide" if d.narrow else ""))
+        # A phone gets the chart drawn for its width (the CSS shows one of the two): scaled down, the wide chart's
+        # text would be ~5 px there.
+        if d.narrow is not None:
+            narrow[c.name] = Markup(inline(d.narrow, c.title, prefix=f"chart-{c.name}-n", css_class="narrow"))
     return _html_env().get_template(HTML_TEMPLATE).render(report=report, svgs=svgs, narrow=narrow)
 
 

@@ -20,6 +20,7 @@ from gpuaudit.util.jsonio import json_text
 
 if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult
+    from gpuaudit.report.chartpool import ChartPool
 
 FORMATS = ("html", "md", "json")
 FILE_NAMES = {"html": "report.html", "md": "report.md", "json": "report.json"}
@@ -64,17 +65,28 @@ def write_files(out: Path, files: list[tuple[Path, str | bytes]], stale: Iterabl
             staged.append((atomic.stage(path, data), path))
         atomic.publish_all(staged, remove=stale)
     except OSError as e:
-        raise GpuauditError(f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
-                            "(an earlier report there is unchanged)") from None
+        raise GpuauditError(
+            f"cannot write the report to {out}: {e.strerror or e}; nothing was written "
+            "(an earlier report there is unchanged)"
+        ) from None
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)  # only those not renamed: after a failure
 
 
-def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FORMATS, *, version: str | None = None,
-                 progress: Callable[[str], None] | None = None, by: Iterable[str] = ()) -> WrittenReport:
+def write_report(
+    result: AnalysisResult,
+    out: Path,
+    formats: Iterable[str] = FORMATS,
+    *,
+    version: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    by: Iterable[str] = (),
+    pool: ChartPool | None = None,
+) -> WrittenReport:
     """Render `result` (an AnalysisResult) into `out` in the given formats; return what was written. `by`:
-    chargeback keys (account, user, partition, namespace) whose CSV and JSON files are written too."""
+    chargeback keys (account, user, partition, namespace) whose CSV and JSON files are written too. `pool`:
+    chart workers (report/chartpool.py) that draw the charts, else this process does."""
     from gpuaudit import __version__
     from gpuaudit.report import render
     from gpuaudit.report.sections import build_report
@@ -96,15 +108,16 @@ def write_report(result: AnalysisResult, out: Path, formats: Iterable[str] = FOR
 
         report = build_report(result, version=version or __version__, progress=step)
         written.report = dataclasses.replace(report, files=chargeback_links(result, by))
+        drawn = render.draw_charts(written.report, narrow="html" in formats, progress=step, pool=pool)
     if "html" in formats:
         step("rendering report.html")
         written.files["html"] = out / FILE_NAMES["html"]
-        files.append((written.files["html"], render.render_html(written.report)))
+        files.append((written.files["html"], render.render_html(written.report, drawn)))
     if "md" in formats:
         step("rendering report.md and charts")
         for chart in written.report.charts():
             path = out / render.CHART_DIR / f"{chart.name}.svg"
-            files.append((path, chart.svg))
+            files.append((path, drawn[chart.name].wide))
             written.charts.append(path)
         written.files["md"] = out / FILE_NAMES["md"]
         files.append((written.files["md"], render.render_markdown(written.report)))

@@ -44,7 +44,8 @@ def build_report(
     title: str = "GPU utilization audit",
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """The report model for one analysis result. `progress` gets a short message per chart drawn."""
+    """The report model for one analysis result: data only (charts are specs, drawn when rendering). `progress`
+    is handed to each section's builder."""
     step = progress or (lambda _msg: None)
     sections = tuple(build(result, step) for build in SECTIONS)
     trial = result.trial

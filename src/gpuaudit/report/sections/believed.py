@@ -12,11 +12,10 @@ from gpuaudit.analysis.result import (
     AnalysisResult,
 )
 from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, KeyFigure, ReportTable, Section
+from gpuaudit.report.model import Chart, ChartSpec, KeyFigure, ReportTable, Section, Series
 from gpuaudit.report.sections.formatting import (
     figure_tile,
     headline_tiles,
-    svgs,
     value_or_zero,
 )
 from gpuaudit.util import fmt
@@ -59,22 +58,26 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         figure_tile("Kernel busy (duty cycle) B/W", u.busy_utilization),
     ]
     led = r.ledger
-    step("chart: believed vs real")
     chart = Chart(
         name="utilization",
         title="Believed vs real utilization",
-        **svgs(
-            charts.utilization_bars,
-            value_or_zero(u.runtime_utilization),
-            value_or_zero(u.real_utilization),
-            u.busy_utilization.value,
-            value_or_zero(u.allocated_utilization) if scheduled and u.allocated_utilization else None,
+        spec=ChartSpec(
+            "utilization",
+            series=(
+                Series("runtime", (value_or_zero(u.runtime_utilization),)),
+                Series("real", (value_or_zero(u.real_utilization),)),
+                Series("busy", (u.busy_utilization.value,)),
+                Series(
+                    "allocated",
+                    (value_or_zero(u.allocated_utilization) if scheduled and u.allocated_utilization else None,),
+                ),
+            ),
         ),
         caption="Runtime hours count a GPU as used whenever a process holds it; SM active measures the share "
         "of the GPU's streaming multiprocessors doing work."
         + (" Allocated is what the scheduler shows: GPUs it gave to jobs, used or not." if scheduled else ""),
     )
-    ledger_parts = _ledger_parts(r, step) if led is not None else ((), ())
+    ledger_parts = _ledger_parts(r) if led is not None else ((), ())
     rows = []
     for label, f in (
         ("W observed GPU-hours", u.observed_gpu_hours),
@@ -132,7 +135,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     )
 
 
-def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...], tuple[ReportTable, ...]]:
+def _ledger_parts(r: Any) -> tuple[tuple[Chart, ...], tuple[ReportTable, ...]]:
     """The four-state ledger: the fleet's states as a table, and per week as stacked bars."""
     led = r.ledger
     w = led.observed_gpu_hours.value or 0.0
@@ -157,7 +160,6 @@ def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...
     weeks = [row["week"] for row in led.per_week.rows]
     if not weeks:
         return (), (table,)
-    step("chart: ledger per week")
     states = {
         k: [row[k] for row in led.per_week.rows]
         for k in ("productive", "held_idle", "allocated_no_process", "unallocated")
@@ -165,7 +167,11 @@ def _ledger_parts(r: Any, step: Callable[[str], None]) -> tuple[tuple[Chart, ...
     chart = Chart(
         name="ledger",
         title="Ledger per week",
-        **svgs(charts.ledger_weekly, weeks, states),
+        spec=ChartSpec(
+            "ledger",
+            labels=tuple(str(w) for w in weeks),
+            series=tuple(Series(k, tuple(v), charts.LEDGER_LABELS[k]) for k, v in states.items()),
+        ),
         caption="Stacked per week, the four states sum to the observed GPU-hours: productive (SM "
         "activity), held with the SMs idle, allocated with no process, and unallocated.",
     )

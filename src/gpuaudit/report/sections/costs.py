@@ -10,12 +10,10 @@ from gpuaudit.analysis.result import (
     CostScenario,
     Pool,
 )
-from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, KeyFigure, ReportTable, Section
+from gpuaudit.report.model import Chart, ChartSpec, KeyFigure, ReportTable, Section, Series
 from gpuaudit.report.sections.formatting import (
     figure_tile,
     scenario,
-    svgs,
 )
 from gpuaudit.util import fmt
 
@@ -122,17 +120,16 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     sized = right_size_table(r)
     if sized is not None:
         tables = (*tables, sized)
-    step("chart: cost per scenario")
     ids = [s.id for s in base]
     chart = Chart(
         "costs",
         "Cost per scenario",
-        **svgs(
-            charts.cost_scenarios,
-            [s.label for s in base],
-            [s.total.value or 0 for s in base],
-            ids.index(c.cheapest) if c.cheapest in ids else None,
-            f"USD over {months} months (PV)",
+        ChartSpec(
+            "scenarios",
+            labels=tuple(s.label for s in base),
+            series=(Series("total", tuple(s.total.value or 0 for s in base)),),
+            highlight=ids.index(c.cheapest) if c.cheapest in ids else None,
+            unit=f"USD over {months} months (PV)",
         ),
     )
     figs = [

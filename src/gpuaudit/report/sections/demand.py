@@ -13,15 +13,13 @@ from gpuaudit.analysis.result import (
     HybridCurveColumns,
     ResultContractError,
 )
-from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, KeyFigure, Section
+from gpuaudit.report.model import Chart, ChartSpec, KeyFigure, Section, Series, Threshold
 from gpuaudit.report.sections.formatting import (
     REFERENCE_WORDS,
     figure_tile,
     headline_tiles,
     owned_by_recommendation,
     recommended_label,
-    svgs,
 )
 from gpuaudit.util import fmt
 
@@ -81,18 +79,19 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     dur.require(dcol, share)
     if dur.rows:
         xs, ys = dur.values(dcol), dur.values(share)
-        step("chart: demand")
         charts_.append(
             Chart(
                 "demand",
                 "Demand duration curve",
-                **svgs(
-                    charts.demand_duration,
-                    xs,
-                    ys,
-                    float(h.n_owning),
-                    float(r.trial.gpu_equivalents),
-                    _DEMAND_LABELS.get(dcol, dcol.replace("_", " ")),
+                ChartSpec(
+                    "duration",
+                    x=tuple(xs),
+                    series=(Series("share", tuple(ys)),),
+                    x_label=_DEMAND_LABELS.get(dcol, dcol.replace("_", " ")),
+                    thresholds=(
+                        Threshold("owned", float(h.n_owning)),
+                        Threshold("fleet", float(r.trial.gpu_equivalents)),
+                    ),
                 ),
                 caption=f"From the fleet demand series ({dcol.replace('_', ' ')}, hourly means of "
                 f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1.",
@@ -103,20 +102,23 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     be.curve.require(k.BILLED_UTILIZATION, k.CLOUD_USD_PER_GPU_YEAR, k.OWNED_USD_PER_GPU_YEAR)
     if be.curve.rows:
         years = c.horizon_months / 12
-        step("chart: break-even")
         charts_.append(
             Chart(
                 "break-even",
                 "Break-even curve",
-                **svgs(
-                    charts.break_even_curve,
-                    be.curve.values(k.BILLED_UTILIZATION),
-                    be.curve.values(k.CLOUD_USD_PER_GPU_YEAR),
-                    be.curve.values(k.OWNED_USD_PER_GPU_YEAR),
-                    be.measured_billed,
-                    None if be.never else u_star,
-                    "USD per GPU-year (PV)",
-                    "billed-hour utilization",
+                ChartSpec(
+                    "break-even",
+                    x=tuple(be.curve.values(k.BILLED_UTILIZATION)),
+                    series=(
+                        Series("cloud", tuple(be.curve.values(k.CLOUD_USD_PER_GPU_YEAR))),
+                        Series("on-prem", tuple(be.curve.values(k.OWNED_USD_PER_GPU_YEAR))),
+                    ),
+                    unit="USD per GPU-year (PV)",
+                    x_label="billed-hour utilization",
+                    thresholds=(
+                        Threshold("today", be.measured_billed),
+                        *(() if be.never or u_star is None else (Threshold("break-even", u_star),)),
+                    ),
                 ),
                 caption=f"Owning ({REFERENCE_WORDS.get(be.own_reference, be.own_reference)}): "
                 f"{fmt.money(be.own_usd)} over "
@@ -129,17 +131,16 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     n_col, cost_col = HybridCurveColumns.N, HybridCurveColumns.TOTAL_USD
     h.curve.require(n_col, cost_col)
     if h.curve.rows:
-        step("chart: hybrid cost curve")
         charts_.append(
             Chart(
                 "hybrid-curve",
                 "Hybrid cost by owned GPUs",
-                **svgs(
-                    charts.cost_curve,
-                    [float(x[n_col]) for x in h.curve.rows],
-                    [float(x.get(cost_col) or 0) for x in h.curve.rows],
-                    float(h.n_star),
-                    f"USD over {c.horizon_months} months (PV)",
+                ChartSpec(
+                    "cost-curve",
+                    x=tuple(float(x[n_col]) for x in h.curve.rows),
+                    series=(Series("total", tuple(float(x.get(cost_col) or 0) for x in h.curve.rows)),),
+                    unit=f"USD over {c.horizon_months} months (PV)",
+                    thresholds=(Threshold("n-star", float(h.n_star)),),
                 ),
                 caption="Owned cost of N GPUs plus the cloud cost of the demand above N, for each N "
                 "(N = 0: all cloud).",

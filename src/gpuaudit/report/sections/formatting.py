@@ -5,8 +5,7 @@ Every section module takes its figures and tables through these, so a value is s
 from __future__ import annotations
 
 import datetime as dt
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpuaudit.analysis import headline as hl
@@ -17,7 +16,6 @@ from gpuaudit.analysis.result import (
     Table,
     TableColumn,
 )
-from gpuaudit.report import charts
 from gpuaudit.report.model import KeyFigure, ReportTable
 from gpuaudit.util import fmt
 
@@ -129,11 +127,6 @@ def breakdown_table(
 def _unit_label(unit: str) -> str:
     # Every formatted cell carries its unit ("%", "$", "GPU-h", "W"), so headers stay short.
     return ""
-
-
-def svgs(draw: Callable[..., str], *args: Any) -> dict[str, Any]:
-    """A chart's SVG, and how to draw it again for a phone (only the HTML report asks, when it renders)."""
-    return {"svg": draw(*args), "narrow_svg": functools.partial(charts.narrow, draw, *args)}
 
 
 def value_or_zero(f: Figure) -> float:

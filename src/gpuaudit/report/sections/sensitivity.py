@@ -11,12 +11,10 @@ from gpuaudit.analysis.result import (
     Table,
     TornadoColumns,
 )
-from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, ReportTable, Section
+from gpuaudit.report.model import Chart, ChartSpec, ReportTable, Section, Series, Threshold
 from gpuaudit.report.sections.formatting import (
     breakdown_table,
     scenario,
-    svgs,
 )
 from gpuaudit.util import fmt
 
@@ -57,20 +55,20 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                     f" It is kept on a tie: another plan cheaper by up to {fmt.money(r.decision.tie_usd)} "
                     "(the cost model's uncertainty) does not replace it, so the solid line may sit below $0."
                 )
-        step("chart: sensitivity")
         charts_.append(
             Chart(
                 "sensitivity",
                 "Sensitivity",
-                **svgs(
-                    charts.tornado,
-                    [str(x[name]) for x in t.rows],
-                    [float(x.get(low) or 0) for x in t.rows],
-                    [float(x.get(high) or 0) for x in t.rows],
-                    float(t.rows[0].get(base) or 0),
-                    axis,
+                ChartSpec(
+                    "tornado",
                     f"What moves the answer: each input ±{s.fraction:.0%}",
-                    s.fraction,
+                    labels=tuple(str(x[name]) for x in t.rows),
+                    unit=axis,
+                    series=(
+                        Series("low", tuple(float(x.get(low) or 0) for x in t.rows), f"input −{s.fraction:.0%}"),
+                        Series("high", tuple(float(x.get(high) or 0) for x in t.rows), f"input +{s.fraction:.0%}"),
+                    ),
+                    thresholds=(Threshold("base", float(t.rows[0].get(base) or 0)),),
                 ),
                 caption=caption,
             )

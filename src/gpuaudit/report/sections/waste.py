@@ -13,14 +13,12 @@ from gpuaudit.analysis.result import (
     PerPodColumns,
     PerUserColumns,
 )
-from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, ReportTable, Section
+from gpuaudit.report.model import Chart, ChartSpec, ReportTable, Section, Series
 from gpuaudit.report.sections.formatting import (
     TOP_N,
     breakdown_table,
     figure_tile,
     headline_tiles,
-    svgs,
 )
 from gpuaudit.util import fmt
 
@@ -48,17 +46,16 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         table.require(label_col, idle)
         if key == "user":
             top = sorted(table.rows, key=lambda row: -(row.get(idle) or 0))[:TOP_N]
-            step(f"chart: idle-held hours by {who}")
             charts_.append(
                 Chart(
                     name=f"idle-by-{key}",
                     title=f"Idle-held GPU-hours by {who}",
-                    **svgs(
-                        charts.top_bars,
-                        [str(row.get(label_col)) for row in top],
-                        [row.get(idle) or 0 for row in top],
+                    spec=ChartSpec(
+                        "ranked-bars",
                         f"Idle-held GPU-hours by {who} (top {len(top)})",
-                        "GPU-hours",
+                        labels=tuple(str(row.get(label_col)) for row in top),
+                        series=(Series("value", tuple(row.get(idle) or 0 for row in top)),),
+                        unit="GPU-hours",
                     ),
                 )
             )

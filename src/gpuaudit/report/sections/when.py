@@ -10,11 +10,9 @@ from gpuaudit.analysis.result import (
     HourOfWeekColumns,
     PerWeekColumns,
 )
-from gpuaudit.report import charts
-from gpuaudit.report.model import Chart, Section
+from gpuaudit.report.model import Chart, ChartSpec, Section, Series
 from gpuaudit.report.sections.formatting import (
     breakdown_table,
-    svgs,
 )
 from gpuaudit.util import fmt
 
@@ -31,12 +29,15 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         grid: list[list[float | None]] = [[None] * 24 for _ in range(7)]
         for row in how.rows:
             grid[int(row[day])][int(row[hour])] = row.get(val)
-        step("chart: hour-of-week heatmap")
         charts_.append(
             Chart(
                 "hour-of-week",
                 "Real utilization by hour of week",
-                **svgs(charts.hour_of_week_heatmap, grid, "Real utilization by hour of week (UTC)"),
+                ChartSpec(
+                    "heatmap",
+                    "Real utilization by hour of week (UTC)",
+                    series=tuple(Series(d, tuple(cells)) for d, cells in zip(_DAY_NAMES, grid, strict=True)),
+                ),
                 caption="Each cell: SM-active share of observed GPU time in that hour of the week, "
                 "averaged over the trial. The colour scale spans the lowest to the highest "
                 "cell (see the bar), not 0-100 %.",
@@ -46,16 +47,17 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     week, rt, rl = w.WEEK, w.RUNTIME_UTILIZATION, w.REAL_UTILIZATION
     wk.require(week, rt, rl)
     if wk.rows:
-        step("chart: weekly trend")
         charts_.append(
             Chart(
                 "weekly-trend",
                 "Weekly trend",
-                **svgs(
-                    charts.weekly_trend,
-                    [str(x[week]) for x in wk.rows],
-                    [x.get(rt) or 0 for x in wk.rows],
-                    [x.get(rl) or 0 for x in wk.rows],
+                ChartSpec(
+                    "trend",
+                    labels=tuple(str(x[week]) for x in wk.rows),
+                    series=(
+                        Series("runtime", tuple(x.get(rt) or 0 for x in wk.rows)),
+                        Series("real", tuple(x.get(rl) or 0 for x in wk.rows)),
+                    ),
                 ),
             )
         )
