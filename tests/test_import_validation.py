@@ -17,7 +17,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from tests.helpers import START, require_binary, run_cli, serving
+from tests.helpers import IMPORT_START as START
+from tests.helpers import require_binary, run_cli, serving
 from tests.prom_helpers import PromServer, backfill, start_prometheus
 from tests.tmpfs_helpers import in_tiny_tmpfs
 
