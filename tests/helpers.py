@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Where simulated and imported test data begin: a Monday, so a day-of-week pattern starts on its first day.
 START = datetime(2026, 9, 7, tzinfo=UTC)
+# Where the series served by a test Prometheus begin (also a Monday): the import tests' windows name this date.
+IMPORT_START = datetime(2026, 1, 5, tzinfo=UTC)
 
 # (GPUs, days, interval_s) of each simulated scenario in the simulator's and the analysis' tests: small fleets at
 # coarse intervals keep them fast, large and long enough for each scenario's truth to show (and a week at least,

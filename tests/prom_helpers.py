@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
-from tests.helpers import START, wait_until
+from tests.helpers import IMPORT_START as START
+from tests.helpers import wait_until
 
 DAYS = 7
 SPACING_S = 60  # scrape interval (well under the 5-minute lookback)

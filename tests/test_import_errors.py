@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.helpers import START, require_binary, run_cli, serving
+from tests.helpers import IMPORT_START as START
+from tests.helpers import require_binary, run_cli, serving
 from tests.prom_helpers import free_port
 
 from gpuaudit.errors import GpuauditError
