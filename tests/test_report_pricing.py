@@ -12,7 +12,7 @@ import pytest
 from tests.analysis_helpers import rollups
 from tests.helpers import REPO, run_cli
 from tests.report_helpers import write_fixed_dataset
-from tests.test_economics_latency_tie import _busy_fleet
+from tests.test_latency_and_ties import _busy_fleet
 
 from gpuaudit.analysis import analyze_rollups, cloudmix, costs
 from gpuaudit.analysis.config import load_config
