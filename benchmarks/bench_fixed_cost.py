@@ -18,7 +18,6 @@ alike; each figure is the median of REPEATS fresh processes (wall time, measured
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -29,6 +28,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_cache import splice  # noqa: E402  (one RESULTS.md splice for every benchmark)
+
 REPEATS = 5
 QUICK_REPEATS = 2
 LIBRARIES = ("polars", "numpy", "matplotlib", "duckdb", "jinja2", "typer")
@@ -178,18 +181,6 @@ def _section(figures: list[dict[str, Any]], elapsed: float) -> str:
     return f"## fixed cost\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
 
 
-def splice(results: Path, section: str) -> None:
-    """Put `section` into RESULTS.md in place of an earlier `## fixed cost` section (else before the GPU check)."""
-    text = results.read_text(encoding="utf-8")
-    m = re.search(r"^## fixed cost\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
-    if m:
-        text = text[: m.start()] + section + "\n" + text[m.end() :]
-    else:
-        gpu = text.find("## GPU check")
-        text = (text[:gpu] + section + "\n" + text[gpu:]) if gpu >= 0 else text.rstrip("\n") + "\n\n" + section
-    results.write_text(text, encoding="utf-8")
-
-
 def main() -> int:
     quick = "--quick" in sys.argv
     work = HERE / ".work" / "fixed-cost"
@@ -201,7 +192,7 @@ def main() -> int:
     section = _section(figures, time.perf_counter() - t0)
     print(section)
     if not quick:
-        splice(HERE / "RESULTS.md", section)
+        splice(HERE / "RESULTS.md", section, "fixed cost")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -275,6 +275,17 @@ def start_prometheus(prometheus: str, tsdb: Path, work: Path, timeout_s: float =
     raise RuntimeError(f"prometheus not ready after {timeout_s}s: {log.read_text()[-2000:]}")
 
 
+def write_gauge_families(path: Path, lines: dict[str, list[str]]) -> None:
+    """OpenMetrics text of gauge families given as exposition lines per metric: each family's series contiguous
+    and each series in time order, as promtool's backfill requires."""
+    with path.open("w", encoding="utf-8") as out:
+        for metric, rows in lines.items():
+            rows.sort(key=lambda r: (r.rsplit(" ", 2)[0], int(r.rsplit(" ", 1)[1])))
+            out.write(f"# TYPE {metric} gauge\n")
+            out.write("\n".join(rows) + "\n")
+        out.write("# EOF\n")
+
+
 def served(prometheus: str, promtool: str, openmetrics: Path, work: Path) -> Iterator[PromServer]:
     """Generator for a fixture: an OpenMetrics file backfilled into a fresh TSDB under `work`, served, stopped
     afterwards."""

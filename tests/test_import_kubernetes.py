@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import one_error_line, require_binary, run_cli
-from tests.prom_helpers import START, PromServer, backfill, start_prometheus
+from tests.prom_helpers import START, PromServer, served
 
 from gpuaudit.importer.kubernetes import import_kubernetes
 from gpuaudit.importer.promclient import transport
@@ -114,12 +114,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     work = tmp_path_factory.mktemp("ksm")
     om = work / "ksm.om.txt"
     _openmetrics(om)
-    backfill(promtool, om, work / "tsdb")
-    server = start_prometheus(prometheus, work / "tsdb", work)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from served(prometheus, promtool, om, work)
 
 
 def _rows(root: Path) -> list[tuple]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from tests.helpers import require_binary
-from tests.prom_helpers import START, PromServer, backfill, start_prometheus
+from tests.prom_helpers import START, PromServer, served, write_gauge_families
 
 from gpuaudit.analysis.ledger import STATES, ledger
 from gpuaudit.analysis.stage1.rollup import load_rollups
@@ -79,13 +79,7 @@ def _openmetrics(path: Path) -> None:
                 on = phase == ("Running" if running else "Succeeded")
                 lines.setdefault("kube_pod_status_phase", []).append(
                     f'kube_pod_status_phase{{{ident},phase="{phase}"}} {int(on)} {base + t}')
-    with path.open("w", encoding="utf-8") as out:
-        for metric, rows in lines.items():
-            # A family's series must be contiguous and each series in time order.
-            rows.sort(key=lambda r: (r.rsplit(" ", 2)[0], int(r.rsplit(" ", 1)[1])))
-            out.write(f"# TYPE {metric} gauge\n")
-            out.write("\n".join(rows) + "\n")
-        out.write("# EOF\n")
+    write_gauge_families(path, lines)
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +89,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     work = tmp_path_factory.mktemp("k8s-ledger")
     om = work / "fleet.om.txt"
     _openmetrics(om)
-    backfill(promtool, om, work / "tsdb")
-    server = start_prometheus(prometheus, work / "tsdb", work)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from served(prometheus, promtool, om, work)
 
 
 def test_recreated_pod_and_unlabelled_node_ledger_is_exact(prom: PromServer, tmp_path: Path) -> None:

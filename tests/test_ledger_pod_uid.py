@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from tests.helpers import require_binary
-from tests.prom_helpers import START, PromServer, backfill, start_prometheus
+from tests.prom_helpers import START, PromServer, served, write_gauge_families
 from tests.store_helpers import T0, raw_file, samples_frame
 
 from gpuaudit import store
@@ -79,12 +79,7 @@ def _openmetrics(path: Path) -> None:
                 on = phase == ("Running" if running else "Succeeded")
                 lines.setdefault("kube_pod_status_phase", []).append(
                     f'kube_pod_status_phase{{{ident},phase="{phase}"}} {int(on)} {base + t}')
-    with path.open("w", encoding="utf-8") as out:
-        for metric, rows in lines.items():
-            rows.sort(key=lambda r: (r.rsplit(" ", 2)[0], int(r.rsplit(" ", 1)[1])))
-            out.write(f"# TYPE {metric} gauge\n")
-            out.write("\n".join(rows) + "\n")
-        out.write("# EOF\n")
+    write_gauge_families(path, lines)
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +89,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     work = tmp_path_factory.mktemp("pod-uid")
     om = work / "fleet.om.txt"
     _openmetrics(om)
-    backfill(promtool, om, work / "tsdb")
-    server = start_prometheus(prometheus, work / "tsdb", work)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from served(prometheus, promtool, om, work)
 
 
 @pytest.fixture(scope="module")
