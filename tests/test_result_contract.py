@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from tests.report_helpers import write_fixed_dataset
 
+from gpuaudit.analysis import columns as C
 from gpuaudit.analysis import result as R
 from gpuaudit.analysis.config import load_config
+from gpuaudit.analysis.figure import ResultContractError, Table
 from gpuaudit.analysis.pipeline import analyze
 from gpuaudit.report.sections import build_report
 
@@ -49,15 +51,15 @@ DOCUMENTED: dict[str, list[str]] = {
                            "hybrid_usd", "cheapest", "hybrid_gpus"],
 }
 
-CONSTANTS: dict[str, type[R.ColumnNames]] = {
-    "breakdowns.per_node": R.PerNodeColumns, "breakdowns.per_gpu": R.PerGpuColumns,
-    "breakdowns.per_user": R.PerUserColumns, "breakdowns.per_job": R.PerJobColumns,
-    "breakdowns.per_pod": R.PerPodColumns, "breakdowns.hour_of_week": R.HourOfWeekColumns,
-    "breakdowns.per_week": R.PerWeekColumns, "breakdowns.demand": R.DemandColumns,
-    "breakdowns.demand_duration": R.DemandDurationColumns,
-    "data_quality.gpus": R.GpuCoverageColumns, "hybrid.curve": R.HybridCurveColumns,
-    "break_even.curve": R.BreakEvenCurveColumns, "sensitivity.tornado": R.TornadoColumns,
-    "sensitivity.growth": R.GrowthColumns,
+CONSTANTS: dict[str, type[C.ColumnNames]] = {
+    "breakdowns.per_node": C.PerNodeColumns, "breakdowns.per_gpu": C.PerGpuColumns,
+    "breakdowns.per_user": C.PerUserColumns, "breakdowns.per_job": C.PerJobColumns,
+    "breakdowns.per_pod": C.PerPodColumns, "breakdowns.hour_of_week": C.HourOfWeekColumns,
+    "breakdowns.per_week": C.PerWeekColumns, "breakdowns.demand": C.DemandColumns,
+    "breakdowns.demand_duration": C.DemandDurationColumns,
+    "data_quality.gpus": C.GpuCoverageColumns, "hybrid.curve": C.HybridCurveColumns,
+    "break_even.curve": C.BreakEvenCurveColumns, "sensitivity.tornado": C.TornadoColumns,
+    "sensitivity.growth": C.GrowthColumns,
 }
 
 
@@ -81,7 +83,7 @@ def _replace(obj: Any, path: str, change: Callable[[Any], Any]) -> Any:
     return dataclasses.replace(obj, **{head: _replace(old, rest, change) if rest else change(old)})
 
 
-def _renamed(table: R.Table, old: str, new: str) -> R.Table:
+def _renamed(table: Table, old: str, new: str) -> Table:
     """The table as an analyzer that renamed one column would write it (columns and row keys)."""
     cols = tuple(dataclasses.replace(c, name=new) if c.name == old else c for c in table.columns)
     rows = tuple({(new if k == old else k): v for k, v in row.items()} for row in table.rows)
@@ -102,18 +104,18 @@ def test_the_constants_name_exactly_the_columns_the_analyzer_writes(result: R.An
     for path, names in CONSTANTS.items():
         written = _get(result, path).column_names()
         declared = list(names.names())
-        if names is R.GrowthColumns:  # plus one column per scenario
-            declared += [R.GrowthColumns.scenario_usd(s.id) for s in result.costs.scenarios if not s.what_if]
+        if names is C.GrowthColumns:  # plus one column per scenario
+            declared += [C.GrowthColumns.scenario_usd(s.id) for s in result.costs.scenarios if not s.what_if]
         assert sorted(written) == sorted(declared), path
-    assert R.DemandColumns.GPUS_HELD == "gpus_held" and R.WrsColumns.REAL_UTILIZATION == "real_utilization"
+    assert C.DemandColumns.GPUS_HELD == "gpus_held" and C.WrsColumns.REAL_UTILIZATION == "real_utilization"
 
 
 def test_a_table_asked_for_a_column_it_lacks_raises(result: R.AnalysisResult) -> None:
     demand = result.breakdowns.demand
-    assert demand.values(R.DemandColumns.GPUS_HELD) == [row["gpus_held"] for row in demand.rows]
-    with pytest.raises(R.ResultContractError, match=r"'demand' has no column 'gpus_busy'.*gpus_held"):
+    assert demand.values(C.DemandColumns.GPUS_HELD) == [row["gpus_held"] for row in demand.rows]
+    with pytest.raises(ResultContractError, match=r"'demand' has no column 'gpus_busy'.*gpus_held"):
         demand.values("gpus_busy")
-    with pytest.raises(R.ResultContractError, match="no column 'x', 'y'"):
+    with pytest.raises(ResultContractError, match="no column 'x', 'y'"):
         demand.require("hour", "x", "y")
 
 
@@ -136,13 +138,13 @@ READ_BY_THE_REPORT = [
 @pytest.mark.parametrize(("path", "column"), READ_BY_THE_REPORT, ids=[f"{p}.{c}" for p, c in READ_BY_THE_REPORT])
 def test_a_renamed_column_fails_the_report_loudly(result: R.AnalysisResult, path: str, column: str) -> None:
     broken = _replace(result, path, lambda t: _renamed(t, column, column + "_renamed"))
-    with pytest.raises(R.ResultContractError, match=f"no column '{column}'"):
+    with pytest.raises(ResultContractError, match=f"no column '{column}'"):
         build_report(broken, version="test")
 
 
 def test_the_break_even_curve_is_the_analyzers_and_meets_owning_at_u_star(result: R.AnalysisResult) -> None:
     be, c = result.break_even, result.costs
-    k = R.BreakEvenCurveColumns
+    k = C.BreakEvenCurveColumns
     x = be.curve.values(k.BILLED_UTILIZATION)
     cloud = be.curve.values(k.CLOUD_USD_PER_GPU_YEAR)
     owned = be.curve.values(k.OWNED_USD_PER_GPU_YEAR)
@@ -190,7 +192,7 @@ def test_the_phantom_figures_and_the_demand_curve_come_from_the_analysis(result:
     assert c.phantom_usd_per_year.value == pytest.approx((r_hours - s_hours) * rate * 8766 / (14 * 24))
     # Demand duration: bob's GPU is held every hour, alice's and carol's never overlap, so 2 GPUs are held
     # in the 90 + 140 hours either of them works.
-    d = R.DemandDurationColumns
+    d = C.DemandDurationColumns
     curve = result.breakdowns.demand_duration
     assert list(zip(curve.values(d.GPUS_HELD), curve.values(d.SHARE_OF_HOURS), strict=True)) == [
         (0.0, 1.0), (1.0, 1.0), (2.0, pytest.approx((90 + 140) / (14 * 24)))]

@@ -15,7 +15,10 @@ from gpuaudit import schema
 from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.breakeven import break_even_curve
+from gpuaudit.analysis.columns import HybridCurveColumns
 from gpuaudit.analysis.config import Config, preset_comments, unit_of
+from gpuaudit.analysis.economics import BreakEven, Costs, HybridSizing, Sensitivity
+from gpuaudit.analysis.figure import Figure, Table, TableColumn
 from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.modelsfound import models_found, warnings_for
 from gpuaudit.analysis.overrides import Applied
@@ -26,20 +29,12 @@ from gpuaudit.analysis.result import (
     AnalysisResult,
     Assumption,
     Breakdowns,
-    BreakEven,
     Confidence,
     Consolidation,
-    Costs,
     DataQuality,
     Decision,
-    Figure,
-    HybridCurveColumns,
-    HybridSizing,
     Ledger,
     Pool,
-    Sensitivity,
-    Table,
-    TableColumn,
     Trial,
     Utilization,
 )

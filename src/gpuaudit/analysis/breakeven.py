@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuaudit.analysis import costs
+from gpuaudit.analysis.columns import BreakEvenCurveColumns
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.figure import Table, TableColumn
 from gpuaudit.analysis.fleet import Fleet, Measured
-from gpuaudit.analysis.result import BreakEvenCurveColumns, Table, TableColumn
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,14 @@ class BreakEvenCalc:
     rent_variable_usd: float = 0.0  # renting's compute bill at today's demand (k = 1)
 
 
+
+def own_reference(fl: Fleet) -> str:
+    """What renting is compared with: owning the whole fleet, named by how much of it is owned today (never more
+    than the fleet: `fleet()` refuses that)."""
+    if fl.existing == 0:
+        return "buy-the-fleet"
+    return "keep-the-owned-fleet" if fl.existing >= fl.gpus else "keep-owned-and-buy-the-rest"
+
 def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
                 power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The billed-hour utilization u* at which renting k × today's billed demand (its bill scaled by k) costs the
@@ -35,9 +44,7 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     compute bill. Scaling the bill, not the demand, keeps instance billing from turning u* into the point where
     one more instance-hour tips the sum."""
     n_ref = fl.gpus
-    # never more owned than the fleet: fleet() refuses that (issue 26.6)
-    ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing >= fl.gpus else
-           "keep-owned-and-buy-the-rest")
+    ref = own_reference(fl)
     watts = power.watts(held, float(n_ref))
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])

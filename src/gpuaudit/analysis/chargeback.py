@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from gpuaudit.analysis import jobkeys
-from gpuaudit.analysis.result import Chargeback, Table, TableColumn
+from gpuaudit.analysis.figure import Table, TableColumn
+from gpuaudit.analysis.result import Chargeback
 
 H = 3600.0
 KEYS = ("account", "user", "partition", "namespace")

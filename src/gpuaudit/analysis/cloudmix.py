@@ -14,7 +14,7 @@ import dataclasses
 
 from gpuaudit.analysis.config import CloudConfig
 from gpuaudit.analysis.costs import CloudPrices
-from gpuaudit.analysis.result import PricedMix
+from gpuaudit.analysis.economics import PricedMix
 
 _EPS = 1e-9
 

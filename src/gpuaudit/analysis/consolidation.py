@@ -20,10 +20,12 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.figure import Table
 from gpuaudit.analysis.fleet import latency_floor
 from gpuaudit.analysis.hybrid import size
 from gpuaudit.analysis.plans import cloud_of, is_cloud_used
-from gpuaudit.analysis.result import Consolidation, CostScenario, Table
+from gpuaudit.analysis.result import Consolidation
 from gpuaudit.analysis.scenarios import CostBlock
 
 TOP_HOLDERS = 3

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuaudit.analysis.result import AnalysisResult, Figure
+from gpuaudit.analysis.figure import Figure
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.util import fmt
 
 BELIEVED, HELD_HOUR, REAL, PHANTOM_GAP, IDLE_HELD, BILLED_HOUR, BREAK_EVEN = (

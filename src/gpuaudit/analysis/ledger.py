@@ -34,7 +34,8 @@ import numpy as np
 import polars as pl
 
 from gpuaudit.analysis import jobkeys
-from gpuaudit.analysis.result import Figure, Ledger, Table, TableColumn, Utilization
+from gpuaudit.analysis.figure import Figure, Table, TableColumn
+from gpuaudit.analysis.result import Ledger, Utilization
 
 H = 3600.0
 _GPU = ["host", "gpu_uuid", "mig_instance"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+from gpuaudit.analysis.columns import PerGpuColumns
 from gpuaudit.analysis.config import Config, model_toml_lines
+from gpuaudit.analysis.figure import Table
 from gpuaudit.analysis.pools import Pricing
-from gpuaudit.analysis.result import ModelFound, PerGpuColumns, Table
+from gpuaudit.analysis.result import ModelFound
 from gpuaudit.catalog import ModelSpec, identify
 
 

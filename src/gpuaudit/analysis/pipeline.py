@@ -15,10 +15,13 @@ import numpy as np
 from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.assemble import assemble
+from gpuaudit.analysis.columns import GrowthColumns, TornadoColumns
 from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
 from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
+from gpuaudit.analysis.economics import Sensitivity
+from gpuaudit.analysis.figure import Table
 from gpuaudit.analysis.fleet import Measured, fleet, fleet_series
 from gpuaudit.analysis.measure import measure
 from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
@@ -26,15 +29,7 @@ from gpuaudit.analysis.plans import OWNING
 from gpuaudit.analysis.poolresult import pool_results
 from gpuaudit.analysis.pools import Composed, Part, compose, compose_draws, pools_of, pricing, subset
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    Consolidation,
-    DecisionInputs,
-    GrowthColumns,
-    Sensitivity,
-    Table,
-    TornadoColumns,
-)
+from gpuaudit.analysis.result import AnalysisResult, Consolidation, DecisionInputs
 from gpuaudit.analysis.rightsize import right_size
 from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado

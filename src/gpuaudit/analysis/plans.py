@@ -15,9 +15,11 @@ import numpy as np
 
 from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.figure import Figure
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet_series, latency_floor
 from gpuaudit.analysis.hybrid import Sizing, size
-from gpuaudit.analysis.result import CostScenario, Deployment, Figure
+from gpuaudit.analysis.result import Deployment
 from gpuaudit.util import fmt
 
 SCENARIO_ORDER = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")

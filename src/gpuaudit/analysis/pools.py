@@ -23,11 +23,12 @@ import numpy as np
 import polars as pl
 
 from gpuaudit.analysis import costs
-from gpuaudit.analysis.breakeven import BreakEvenCalc
+from gpuaudit.analysis.breakeven import BreakEvenCalc, own_reference
 from gpuaudit.analysis.cloudmix import combined
 from gpuaudit.analysis.config import Config, load_config
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.figure import Figure
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
-from gpuaudit.analysis.result import CostScenario, Figure
 from gpuaudit.analysis.scenarios import CostBlock, CostDraws, Plan, cost_block, cost_draws, with_cash
 from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.catalog import ModelSpec, identify
@@ -364,8 +365,7 @@ def _break_even(cfg: Config, tl: costs.Timeline, blocks: Sequence[CostBlock], m:
     fixed = sum(b.rent_fixed_usd for b in bes) + fixed_rented
     variable = sum(b.rent_variable_usd for b in bes)
     cloud = sum(b.cloud_usd for b in bes) + fixed_rented
-    ref = ("buy-the-fleet" if fl.existing == 0 else "keep-the-owned-fleet" if fl.existing >= fl.gpus else
-           "keep-owned-and-buy-the-rest")
+    ref = own_reference(fl)
     measured = float(held.mean()) / fl.capacity if held.size and fl.capacity > 0 else 0.0
     verdict = "cloud" if cloud < own and not (m.data_residency or m.latency_share > 0) else "on-prem"
     if measured <= 0 or variable <= 1e-9:

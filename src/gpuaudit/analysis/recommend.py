@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from gpuaudit.analysis.cloudmix import spot_caveat
 from gpuaudit.analysis.decision import Rule
+from gpuaudit.analysis.economics import CostScenario
 from gpuaudit.analysis.result import (
     Branch,
     Confidence,
     ConfidenceLevel,
-    CostScenario,
     Decision,
     DecisionInputs,
     Deployment,

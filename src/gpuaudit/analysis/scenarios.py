@@ -15,10 +15,11 @@ from gpuaudit.analysis import plans as pl
 from gpuaudit.analysis.breakeven import BreakEvenCalc, break_even
 from gpuaudit.analysis.cloudmix import priced_mix
 from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.economics import CostScenario
 from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
 from gpuaudit.analysis.hybrid import Sizing
 from gpuaudit.analysis.plans import SCENARIO_ORDER, is_cloud_used
-from gpuaudit.analysis.result import CostScenario, Deployment
+from gpuaudit.analysis.result import Deployment
 
 
 @dataclass(frozen=True)

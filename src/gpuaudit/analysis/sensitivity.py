@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuaudit.analysis import costs
+from gpuaudit.analysis.columns import GrowthColumns, TornadoColumns
 from gpuaudit.analysis.config import Config, bounds
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.figure import Table, TableColumn
 from gpuaudit.analysis.fleet import Measured
 from gpuaudit.analysis.plans import OWNING, SCENARIO_ORDER
-from gpuaudit.analysis.result import CostScenario, GrowthColumns, Table, TableColumn, TornadoColumns
 from gpuaudit.analysis.scenarios import CostBlock, cost_block
 
 # What the sensitivity analysis moves: (section, key, label). Each is moved by ± analysis.sensitivity_fraction on

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.confidence import no_interval_reason
-from gpuaudit.analysis.result import AnalysisResult, CostScenario
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
 

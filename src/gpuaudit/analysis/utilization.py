@@ -10,25 +10,20 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from gpuaudit.analysis.config import Config
-from gpuaudit.analysis.result import (
-    Breakdowns,
-    DataQuality,
+from gpuaudit.analysis.columns import (
     DemandColumns,
     DemandDurationColumns,
-    Figure,
     GpuCoverageColumns,
     HolderColumns,
     HourOfWeekColumns,
     PerGpuColumns,
     PerNodeColumns,
     PerWeekColumns,
-    Table,
-    TableColumn,
-    Trial,
-    Utilization,
     WrsColumns,
 )
+from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.figure import Figure, Table, TableColumn
+from gpuaudit.analysis.result import Breakdowns, DataQuality, Trial, Utilization
 from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
 from gpuaudit.errors import NoDataError

@@ -13,7 +13,8 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.util.jsonio import json_text, plain
 
 if TYPE_CHECKING:
-    from gpuaudit.analysis.result import AnalysisResult, Table
+    from gpuaudit.analysis.figure import Table
+    from gpuaudit.analysis.result import AnalysisResult
     from gpuaudit.report.model import LinkedFile
 
 BY_KEYS = ("account", "user", "partition", "namespace")

@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuaudit.analysis.confidence import no_interval_reason
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    CostScenario,
-    Pool,
-)
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.result import AnalysisResult, Pool
 from gpuaudit.report.model import Chart, ChartSpec, KeyFigure, ReportTable, Section, Series
 from gpuaudit.report.sections.formatting import (
     figure_tile,

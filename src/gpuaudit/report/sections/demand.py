@@ -5,14 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.columns import BreakEvenCurveColumns, DemandDurationColumns, HybridCurveColumns
+from gpuaudit.analysis.figure import ResultContractError
 from gpuaudit.analysis.recommend import constraint_text
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    BreakEvenCurveColumns,
-    DemandDurationColumns,
-    HybridCurveColumns,
-    ResultContractError,
-)
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import Chart, ChartSpec, KeyFigure, Section, Series, Threshold
 from gpuaudit.report.sections.formatting import (
     REFERENCE_WORDS,

@@ -9,13 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuaudit.analysis import headline as hl
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    CostScenario,
-    Figure,
-    Table,
-    TableColumn,
-)
+from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.figure import Figure, Table, TableColumn
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import KeyFigure, ReportTable
 from gpuaudit.util import fmt
 

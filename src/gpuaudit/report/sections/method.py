@@ -6,11 +6,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuaudit.analysis import headline as hl
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    Figure,
-    GpuCoverageColumns,
-)
+from gpuaudit.analysis.columns import GpuCoverageColumns
+from gpuaudit.analysis.figure import Figure
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import ReportTable, Section
 from gpuaudit.report.sections.formatting import (
     TOP_N,

@@ -5,12 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    GrowthColumns,
-    Table,
-    TornadoColumns,
-)
+from gpuaudit.analysis.columns import GrowthColumns, TornadoColumns
+from gpuaudit.analysis.figure import Table
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import Chart, ChartSpec, ReportTable, Section, Series, Threshold
 from gpuaudit.report.sections.formatting import (
     breakdown_table,

@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuaudit.analysis import headline as hl
+from gpuaudit.analysis.columns import TornadoColumns
 from gpuaudit.analysis.confidence import no_interval_reason
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    Condition,
-    Consolidation,
-    TornadoColumns,
-)
+from gpuaudit.analysis.result import AnalysisResult, Condition, Consolidation
 from gpuaudit.report.model import KeyFigure, Verdict
 from gpuaudit.report.sections.formatting import (
     headline_tiles,

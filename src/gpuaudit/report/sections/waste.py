@@ -5,14 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuaudit.analysis import headline as hl
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    HolderColumns,
-    PerJobColumns,
-    PerNodeColumns,
-    PerPodColumns,
-    PerUserColumns,
-)
+from gpuaudit.analysis.columns import HolderColumns, PerJobColumns, PerNodeColumns, PerPodColumns, PerUserColumns
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import Chart, ChartSpec, ReportTable, Section, Series
 from gpuaudit.report.sections.formatting import (
     TOP_N,

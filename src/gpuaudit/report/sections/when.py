@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuaudit.analysis.result import (
-    AnalysisResult,
-    HourOfWeekColumns,
-    PerWeekColumns,
-)
+from gpuaudit.analysis.columns import HourOfWeekColumns, PerWeekColumns
+from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import Chart, ChartSpec, Section, Series
 from gpuaudit.report.sections.formatting import (
     breakdown_table,
