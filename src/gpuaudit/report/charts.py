@@ -375,6 +375,14 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
 DURATION_POINTS = 400  # a duration curve drawn at more x values than this is resampled (the plot is ~500 pt wide)
 
 
+def _mark(ax: Any, x: float, height: float, text: str, color: str, *, lw: float, ls: str = "-",
+          bold: bool = False) -> None:
+    """A vertical line at data x, labelled at `height` of the axes (0-1, whatever the y range)."""
+    ax.axvline(x, color=color, lw=lw, ls=ls)
+    ax.text(x, height, text, transform=ax.get_xaxis_transform(), va="top", color=color,
+            fontweight="bold" if bold else "normal")
+
+
 def _thin_survival(gpus: Sequence[float], share: Sequence[float]) -> tuple[list[float], list[float]]:
     """The curve at no more than DURATION_POINTS levels: on an even grid of x, each point the share at the first
     level at or above it (the pre-step's value there), the first and last levels kept. A fleet's hourly demand has
@@ -453,25 +461,8 @@ def break_even_curve(
     ax.plot(list(utilization), list(cloud_cost), color=CLOUD, lw=2, label="cloud")
     ax.plot(list(utilization), list(onprem_cost), color=ONPREM, lw=2, label="on-prem")
     if break_even_util is not None:
-        ax.axvline(break_even_util, color=INK, lw=1, ls="--")
-        ax.text(
-            break_even_util,
-            0.98,
-            f" break-even {break_even_util * 100:.0f} %",
-            transform=ax.get_xaxis_transform(),
-            va="top",
-            color=INK,
-        )
-    ax.axvline(today_util, color=TODAY, lw=2)
-    ax.text(
-        today_util,
-        0.85,
-        f" today {today_util * 100:.1f} %",
-        transform=ax.get_xaxis_transform(),
-        va="top",
-        color=TODAY,
-        fontweight="bold",
-    )
+        _mark(ax, break_even_util, 0.98, f" break-even {break_even_util * 100:.0f} %", INK, lw=1, ls="--")
+    _mark(ax, today_util, 0.85, f" today {today_util * 100:.1f} %", TODAY, lw=2, bold=True)
     ax.set_xlim(0, 1)
     _pct_axis(ax.xaxis)
     ax.set_ylim(bottom=0)
@@ -490,16 +481,7 @@ def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | N
     ax = fig.add_subplot()
     ax.plot(list(owned), list(total), color=REAL, lw=2)
     if n_star is not None:
-        ax.axvline(n_star, color=ONPREM, lw=1.5, ls="--")
-        ax.text(
-            n_star,
-            0.98,
-            f" N* = {n_star:,.0f}",
-            transform=ax.get_xaxis_transform(),
-            va="top",
-            color=ONPREM,
-            fontweight="bold",
-        )
+        _mark(ax, n_star, 0.98, f" N* = {n_star:,.0f}", ONPREM, lw=1.5, ls="--", bold=True)
     ax.set_xlim(left=0)
     ax.yaxis.set_major_formatter(_money_formatter())
     ax.set_xlabel("GPUs owned (N)")
