@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from gpuaudit.analysis.overrides import Overrides
     from gpuaudit.analysis.result import AnalysisResult
 
-DEMO_DATA = "data"  # the demo's dataset lives inside its output directory
+_DEMO_DATA = "data"  # the demo's dataset lives inside its output directory
 
 
 def _say(message: str) -> None:
@@ -31,7 +31,7 @@ def require_dataset(root: Path | str) -> None:
     if not dataset_exists(root):
         raise NoDataError(f"no dataset at {root}: use --data DIR or set GPUAUDIT_DATA; record one with "
                           "`gpuaudit agent run`, import one with `gpuaudit import prometheus`, or try `gpuaudit demo`")
-    if not paths.as_url(root) and not Path(root).is_dir():  # issue 26.14: a file is not a dataset
+    if not paths.as_url(root) and not Path(root).is_dir():  # a file is not a dataset
         raise NoDataError(f"--data {root} is a file, not a directory: give the dataset's root directory (the one "
                           "`gpuaudit simulate`, `gpuaudit agent run` or `gpuaudit import` wrote)")
 
@@ -106,7 +106,7 @@ def run_demo(out: Path, *, scenario: str = "mixed", gpus: int = 64, days: float 
     parse_formats(formats)
     validate(scenario, gpus, days, interval_s)  # bad arguments fail before anything is written
     out = Path(out)
-    data = out / DEMO_DATA
+    data = out / _DEMO_DATA
     if data.exists() and any(data.iterdir()) and not (data / "simulation.json").is_file():
         raise GpuauditError(f"{data} holds data that `gpuaudit demo` did not write; choose another --out")
     t0 = time.monotonic()

@@ -31,7 +31,7 @@ COMPACTED_TABLES = (SAMPLES, PROCESSES)
 ALLOC_SOURCE_SLURM = "slurm"
 ALLOC_SOURCE_KUBERNETES = "kubernetes"
 
-MIG_SLICES_PER_GPU = 7  # compute slices of an A100 / H100 / H200 / B200 (a 3g profile is 3/7 of the GPU)
+_MIG_SLICES_PER_GPU = 7  # compute slices of an A100 / H100 / H200 / B200 (a 3g profile is 3/7 of the GPU)
 # An A30 has 4 compute slices; its profiles (24 GB: 1g.6gb, 2g.12gb, 4g.24gb) name no other model's.
 _FOUR_SLICE_MODELS = ("A30",)
 _FOUR_SLICE_PROFILES = ("1g.6gb", "2g.12gb", "4g.24gb")
@@ -46,7 +46,7 @@ def mig_fraction(mig_profile: str | None, gpu_name: str | None = None) -> float:
         return 1.0
     four = (gpu_name is not None and any(m in gpu_name for m in _FOUR_SLICE_MODELS)) or any(
         re.search(rf"(?:^|[._]){re.escape(p)}(?:$|[+_])", mig_profile) for p in _FOUR_SLICE_PROFILES)
-    total = 4 if four else MIG_SLICES_PER_GPU
+    total = 4 if four else _MIG_SLICES_PER_GPU
     m = re.search(r"(?:^|\.)(\d+)g\.", mig_profile)
     slices = int(m.group(1)) if m else 1
     return min(slices, total) / total
@@ -174,7 +174,7 @@ SAMPLE_COLUMNS: tuple[Column, ...] = (
            nullable=False),
 )
 
-PROCESS_COLUMNS: tuple[Column, ...] = (
+_PROCESS_COLUMNS: tuple[Column, ...] = (
     Column("ts", "TIMESTAMPTZ", "UTC", "end of the interval", nullable=False),
     Column("host", "VARCHAR", "", "node hostname (partition key)", nullable=False),
     Column("gpu_uuid", "VARCHAR", "", "GPU UUID the process ran on", nullable=False),
@@ -193,7 +193,7 @@ PROCESS_COLUMNS: tuple[Column, ...] = (
     Column("sm_util", "FLOAT", "0-1", "the process's SM utilization from NVML, null if unknown"),
 )
 
-ALLOCATION_COLUMNS: tuple[Column, ...] = (
+_ALLOCATION_COLUMNS: tuple[Column, ...] = (
     Column("job_id", "VARCHAR", "", "the scheduler's job id as it shows it: Slurm JobID (123, 123_4 for an array "
            "task, 123+0 for a heterogeneous job's component), Kubernetes namespace/pod", nullable=False),
     Column("job_id_raw", "VARCHAR", "", "Slurm JobIDRaw (the id cgroups and SLURM_JOB_ID carry, as the agent "
@@ -218,8 +218,8 @@ ALLOCATION_COLUMNS: tuple[Column, ...] = (
     Column("source", "VARCHAR", "", "where it came from: slurm, kubernetes", nullable=False),
 )
 
-COLUMNS: dict[str, tuple[Column, ...]] = {SAMPLES: SAMPLE_COLUMNS, PROCESSES: PROCESS_COLUMNS,
-                                          ALLOCATIONS: ALLOCATION_COLUMNS}
+COLUMNS: dict[str, tuple[Column, ...]] = {SAMPLES: SAMPLE_COLUMNS, PROCESSES: _PROCESS_COLUMNS,
+                                          ALLOCATIONS: _ALLOCATION_COLUMNS}
 
 
 def column_names(table: str) -> list[str]:

@@ -25,7 +25,7 @@ from gpuaudit.errors import GpuauditError
 
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 300.0
-DROP_LOG_EVERY_S = 60.0
+_DROP_LOG_EVERY_S = 60.0
 
 Writer = Callable[[Path, str, dict[str, list[Any]], str], Any]  # (root, table, columns, name)
 
@@ -112,7 +112,7 @@ class RowBuffer:
         first = self.dropped == 0
         self.dropped += dropped
         now = time.monotonic()
-        if first or now - self._last_drop_log >= DROP_LOG_EVERY_S:  # one line a minute, not per interval
+        if first or now - self._last_drop_log >= _DROP_LOG_EVERY_S:  # one line a minute, not per interval
             self._last_drop_log = now
             event("buffer_full", logging.WARNING, dropped_now=dropped, dropped_total=self.dropped,
                   max_rows=self.max_rows)

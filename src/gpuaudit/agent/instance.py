@@ -24,8 +24,8 @@ from gpuaudit.agent.log import event
 from gpuaudit.errors import GpuauditError
 from gpuaudit.util import locks
 
-LOCK_WAIT_S = 0.4  # a lock held for an instant (someone probing it) is retried this long before giving up
-LOCK_RETRY_S = 0.1
+_LOCK_WAIT_S = 0.4  # a lock held for an instant (someone probing it) is retried this long before giving up
+_LOCK_RETRY_S = 0.1
 
 _HELD: set[int] = set()  # lock fds of this process: a forked child closes its copies (see below)
 
@@ -75,7 +75,7 @@ class AgentLock:
             event("lock_unavailable", logging.WARNING, path=self.path, error=e.strerror or e)
             return False
         try:
-            ok = locks.take(fd, wait_s=LOCK_WAIT_S, poll_s=LOCK_RETRY_S)
+            ok = locks.take(fd, wait_s=_LOCK_WAIT_S, poll_s=_LOCK_RETRY_S)
         except OSError as e:  # e.g. ENOLCK: a filesystem without lock support
             os.close(fd)
             event("lock_unavailable", logging.WARNING, path=self.path, error=e.strerror or e)
@@ -118,7 +118,7 @@ def boot_id() -> str | None:
     return None
 
 
-def start_ticks(pid: int) -> int | None:
+def _start_ticks(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot; None when there is no such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -131,7 +131,7 @@ def start_ticks(pid: int) -> int | None:
 def identity() -> dict[str, Any]:
     """What the status file records about this process."""
     pid = os.getpid()
-    return {"pid": pid, "pid_start_ticks": start_ticks(pid), "boot_id": boot_id(), "node": socket.gethostname()}
+    return {"pid": pid, "pid_start_ticks": _start_ticks(pid), "boot_id": boot_id(), "node": socket.gethostname()}
 
 
 def liveness(agent: dict[str, Any]) -> tuple[bool | None, str]:
@@ -143,7 +143,7 @@ def liveness(agent: dict[str, Any]) -> tuple[bool | None, str]:
     if not isinstance(pid, int) or ticks is None or boot is None:
         return None, "the status file does not say (written by an older gpuaudit)"
     if boot == boot_id():
-        if start_ticks(pid) == ticks:
+        if _start_ticks(pid) == ticks:
             return True, f"pid {pid}"
         return False, f"pid {pid} is gone"
     if agent.get("node") == socket.gethostname():

@@ -38,9 +38,9 @@ _FIELD_UNAVAILABLE = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "N
 _DRIVER_GONE = ("NVMLError_Uninitialized", "NVMLError_DriverNotLoaded", "NVMLError_LibRmVersionMismatch",
                 "NVMLError_LibraryNotFound")
 
-HINT_LIBRARY = ("install the NVIDIA driver on this node (it provides libnvidia-ml.so.1), "
+_HINT_LIBRARY = ("install the NVIDIA driver on this node (it provides libnvidia-ml.so.1), "
                 "or try the agent without a GPU: gpuaudit agent run --simulate phantom")
-HINT_MODULE = "install the NVML bindings: pip install nvidia-ml-py"
+_HINT_MODULE = "install the NVML bindings: pip install nvidia-ml-py"
 
 
 class NvmlUnavailable(GpuauditError):
@@ -146,7 +146,7 @@ class Nvml:
             try:
                 import pynvml
             except ImportError as e:
-                raise NvmlUnavailable(f"the pynvml module is not installed; {HINT_MODULE}") from e
+                raise NvmlUnavailable(f"the pynvml module is not installed; {_HINT_MODULE}") from e
             self._module = pynvml
         return self._module
 
@@ -162,7 +162,7 @@ class Nvml:
             if self.ever_initialized and name in (*_DRIVER_GONE, "NVMLError_Unknown"):
                 raise DriverGone(f"nvmlInit: {name}") from None  # driver reload in progress: retry
             if name == "NVMLError_LibraryNotFound":
-                raise NvmlUnavailable(f"NVML library not found ({e}); {HINT_LIBRARY}") from None
+                raise NvmlUnavailable(f"NVML library not found ({e}); {_HINT_LIBRARY}") from None
             if name == "NVMLError_DriverNotLoaded":
                 raise NvmlUnavailable(
                     f"the NVIDIA driver is not loaded ({e}); load it (modprobe nvidia) or check "

@@ -40,7 +40,7 @@ class CgroupInfo:
     container: str | None = None
 
 
-def cgroup_paths(text: str) -> list[str]:
+def _cgroup_paths(text: str) -> list[str]:
     """The cgroup paths of a /proc/<pid>/cgroup file (v1 `id:controllers:path`, v2 `0::path`),
     the v2 line first: it is the authoritative one on a hybrid host."""
     v2: list[str] = []
@@ -57,7 +57,7 @@ def cgroup_paths(text: str) -> list[str]:
 def parse_cgroup(text: str) -> CgroupInfo:
     """Slurm job id, Kubernetes pod UID and container id from the contents of /proc/<pid>/cgroup."""
     info = CgroupInfo()
-    for path in cgroup_paths(text):
+    for path in _cgroup_paths(text):
         if info.job_id is None and (m := _SLURM_JOB.search(path)):
             info.job_id = m.group(1)
         if info.pod_uid is None:
@@ -89,7 +89,7 @@ def parse_cmdline(raw: bytes) -> str | None:
     return " ".join(args)[:COMMAND_MAX]
 
 
-def user_name(uid: int) -> str:
+def _user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:  # uid from another namespace / no passwd entry: the number is still useful
@@ -168,7 +168,7 @@ class ProcAttributor:
         info = ProcInfo()
         status = self._read_text(pid, "status")
         if status is not None and (uid := parse_status_uid(status)) is not None:
-            info.user = user_name(uid)
+            info.user = _user_name(uid)
         with contextlib.suppress(OSError):
             info.command = parse_cmdline((self.proc_root / str(pid) / "cmdline").read_bytes())
         cgroup = self._read_text(pid, "cgroup")

@@ -39,13 +39,13 @@ from gpuaudit.agent.procinfo import Attributor, ProcAttributor
 from gpuaudit.agent.sampler import Sampler
 from gpuaudit.errors import GpuauditError
 
-REINIT_MIN_S = 1.0
-REINIT_MAX_S = 60.0
-REDISCOVER_EMPTY_S = 60.0  # with no GPU found, look again this often
+_REINIT_MIN_S = 1.0
+_REINIT_MAX_S = 60.0
+_REDISCOVER_EMPTY_S = 60.0  # with no GPU found, look again this often
 # --interval range: below 0.1 s NVML's own sampling cannot follow (and a near-zero interval turns the loop
 # into a busy spin); above an hour a row says little about when a GPU was busy.
-INTERVAL_MIN_S = 0.1
-INTERVAL_MAX_S = 3600.0
+_INTERVAL_MIN_S = 0.1
+_INTERVAL_MAX_S = 3600.0
 
 
 def status_name(host: str) -> str:
@@ -71,8 +71,8 @@ class AgentConfig:
     metrics_names: str = "gpuaudit"
 
     def validate(self) -> None:
-        if not INTERVAL_MIN_S <= self.interval_s <= INTERVAL_MAX_S:  # also refuses nan
-            raise GpuauditError(f"--interval must be between {INTERVAL_MIN_S:g} and {INTERVAL_MAX_S:g} seconds, "
+        if not _INTERVAL_MIN_S <= self.interval_s <= _INTERVAL_MAX_S:  # also refuses nan
+            raise GpuauditError(f"--interval must be between {_INTERVAL_MIN_S:g} and {_INTERVAL_MAX_S:g} seconds, "
                                 f"got {self.interval_s!r}")  # as given: 3600.0001, not a rounded 3600
         if not self.flush_interval_s > 0:
             raise GpuauditError(f"--flush-interval must be > 0 seconds, got {self.flush_interval_s}")
@@ -98,7 +98,7 @@ class AgentConfig:
 # (schema.TS_MAX_AHEAD_S), so that no row is ever stamped where readers refuse it. A bigger step back is a
 # wrong clock corrected, not jitter: the stamps follow the wall clock again.
 MAX_LEAD_S = schema.TS_MAX_AHEAD_S / 2
-RESUME_SLACK_S = 1.0  # a previous stamp at most this far ahead is continued after (a clock slewed back a little)
+_RESUME_SLACK_S = 1.0  # a previous stamp at most this far ahead is continued after (a clock slewed back a little)
 _TS_MIN = datetime.fromisoformat(schema.TS_MIN).replace(tzinfo=UTC).timestamp()
 
 
@@ -116,7 +116,7 @@ class Stamper:
         self.reanchored = 0  # times the stamps gave up their lead and followed the wall clock again
         if after is not None:
             lead = after.timestamp() - wall()
-            if lead > RESUME_SLACK_S:
+            if lead > _RESUME_SLACK_S:
                 self.ahead_s = lead
             else:
                 self.last = after.timestamp()
@@ -266,7 +266,7 @@ class Agent:
 
     def _discover(self) -> bool:
         """(Re)discover devices, retrying a gone driver with backoff. False when stopped meanwhile."""
-        delay = REINIT_MIN_S
+        delay = _REINIT_MIN_S
         while not self.stop_event.is_set():
             try:
                 self.sampler.discover()
@@ -276,7 +276,7 @@ class Agent:
                 event("nvml_reinit_wait", logging.WARNING, error=str(e), retry_in_s=delay)
                 if not self._sleep_until(self.mono() + delay):
                     return False
-                delay = min(delay * 2, REINIT_MAX_S)
+                delay = min(delay * 2, _REINIT_MAX_S)
         return False
 
     def run(self) -> dict[str, Any]:
@@ -322,7 +322,7 @@ class Agent:
             event("no_devices", logging.WARNING, hint="no NVIDIA GPU visible to NVML on this node")
         next_tick = self.mono() + cfg.interval_s
         next_flush = self.mono() + cfg.flush_interval_s
-        next_rediscover = self.mono() + REDISCOVER_EMPTY_S
+        next_rediscover = self.mono() + _REDISCOVER_EMPTY_S
         while True:
             if end is not None:
                 next_tick = min(next_tick, end)
@@ -350,7 +350,7 @@ class Agent:
             if self.metrics is not None:
                 self.metrics.update(rows, procs, self._counters())
             if not self.sampler.units and now >= next_rediscover:
-                next_rediscover = now + REDISCOVER_EMPTY_S
+                next_rediscover = now + _REDISCOVER_EMPTY_S
                 self._discover()
             # Next tick on the fixed grid; ticks missed by an overrun are skipped (the longer interval_s
             # of the next rows records it).

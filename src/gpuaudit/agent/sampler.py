@@ -21,8 +21,8 @@ from gpuaudit.agent.log import event
 from gpuaudit.agent.nvml import GPM_METRICS, DeviceFault, GpmBuffers, Handle, Nvml
 from gpuaudit.agent.procinfo import Attributor
 
-LOST_RETRY_MIN_S = 30.0
-LOST_RETRY_MAX_S = 600.0
+_LOST_RETRY_MIN_S = 30.0
+_LOST_RETRY_MAX_S = 600.0
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Unit:
     samples_supported: bool = True
     ok: bool = False  # has a baseline; False after a fault until re-primed
     retry_at: float = 0.0
-    retry_s: float = LOST_RETRY_MIN_S
+    retry_s: float = _LOST_RETRY_MIN_S
     failures: int = 0  # consecutive faults
     supported: dict[str, bool] = field(default_factory=dict)
 
@@ -167,7 +167,7 @@ class Sampler:
         u.failures += 1
         if e.code == "NVMLError_GpuIsLost" or u.failures > 1:
             delay = u.retry_s
-            u.retry_s = min(u.retry_s * 2, LOST_RETRY_MAX_S)
+            u.retry_s = min(u.retry_s * 2, _LOST_RETRY_MAX_S)
         else:
             delay = 0.0
         u.retry_at = self.clock() + delay
@@ -196,7 +196,7 @@ class Sampler:
                 self._fault(u, e)
                 continue
             u.failures = 0
-            u.retry_s = LOST_RETRY_MIN_S
+            u.retry_s = _LOST_RETRY_MIN_S
             rows.append(row)
             procs.extend(prow)
             live.update(p["pid"] for p in prow)

@@ -14,10 +14,10 @@ from gpuaudit.agent.runner import status_name
 from gpuaudit.agent.sampler import Sampler
 from gpuaudit.util.textsafe import printable
 
-PROBE_S = 0.5  # one short interval, so the probe can tell which fields this GPU really gives
+_PROBE_S = 0.5  # one short interval, so the probe can tell which fields this GPU really gives
 
 
-def probe(nvml: Nvml, host: str, *, probe_s: float = PROBE_S) -> dict[str, Any]:
+def probe(nvml: Nvml, host: str, *, probe_s: float = _PROBE_S) -> dict[str, Any]:
     """Discover the devices and sample one short interval: devices, MIG, GPM or fallback, supported
     fields. Never raises for a missing library / driver: that is reported as `nvml_error`."""
     sampler = Sampler(nvml, host, lambda pid: {})

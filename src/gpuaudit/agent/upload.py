@@ -26,9 +26,9 @@ from pathlib import Path
 
 from gpuaudit.agent.log import event
 
-RESTART_MIN_S = 1.0
-RESTART_MAX_S = 300.0
-FINAL_WAIT_S = 20.0  # at exit, how long the agent waits for the last push (systemd's stop timeout is 90 s)
+_RESTART_MIN_S = 1.0
+_RESTART_MAX_S = 300.0
+_FINAL_WAIT_S = 20.0  # at exit, how long the agent waits for the last push (systemd's stop timeout is 90 s)
 
 
 class Uploader:
@@ -51,7 +51,7 @@ class Uploader:
         """A flush happened: have the child push (start or restart it first when needed). Never blocks."""
         if self.proc is not None and self.proc.poll() is not None:
             self.failures += 1
-            delay = min(RESTART_MIN_S * 2 ** (self.failures - 1), RESTART_MAX_S)
+            delay = min(_RESTART_MIN_S * 2 ** (self.failures - 1), _RESTART_MAX_S)
             self.restart_at = self.clock() + delay
             event("upload_exited", logging.WARNING, code=self.proc.returncode, restart_in_s=delay, to=self.url)
             self.proc = None
@@ -64,7 +64,7 @@ class Uploader:
                                              start_new_session=True)
             except OSError as e:
                 self.failures += 1
-                self.restart_at = self.clock() + min(RESTART_MIN_S * 2 ** (self.failures - 1), RESTART_MAX_S)
+                self.restart_at = self.clock() + min(_RESTART_MIN_S * 2 ** (self.failures - 1), _RESTART_MAX_S)
                 event("upload_start_failed", logging.WARNING, error=e, to=self.url)
                 return
             assert self.proc.stdin is not None
@@ -75,7 +75,7 @@ class Uploader:
         with contextlib.suppress(BlockingIOError, BrokenPipeError):
             os.write(self.proc.stdin.fileno(), b"\n")
 
-    def close(self, wait_s: float = FINAL_WAIT_S) -> None:
+    def close(self, wait_s: float = _FINAL_WAIT_S) -> None:
         """The agent stops: close the pipe (the child makes its last push and exits) and wait for it a while."""
         proc, self.proc = self.proc, None
         if proc is None:

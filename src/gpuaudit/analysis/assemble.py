@@ -143,7 +143,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
     steady_rep = m.reporting - (m.elastic_reporting if fl.elastic > 0 and m.elastic_reporting is not None else 0.0)
     ok = steady_rep > 1e-9
     scale = float(np.mean(fl.steady / steady_rep[ok])) if ok.any() and fl.steady > 0 else 1.0
-    # at the flexible price: what an hour released would save (one price per use, on its card; issue 17)
+    # at the flexible price: what an hour released would save (one price per use, on its card)
     # utilization.phantom_gpu_hours (believed − S), the figure the report prints beside it
     phantom = phantom_gpu_hours * p.flexible
     phantom_src = "utilization.phantom_gpu_hours × costs.cloud_flexible_usd_per_gpu_hour"

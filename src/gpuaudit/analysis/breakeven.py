@@ -63,7 +63,7 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
 
 
-BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # held-hour utilizations the curve is drawn at
+_BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # held-hour utilizations the curve is drawn at
 
 
 def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> Table:
@@ -81,7 +81,7 @@ def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> 
              c.CLOUD_USD_PER_GPU_YEAR: (b.rent_fixed_usd + b.rent_variable_usd * x / b.measured_billed) / per
              if b.measured_billed > 0 else b.rent_fixed_usd / per,
              c.OWNED_USD_PER_GPU_YEAR: owned}
-            for x in BREAK_EVEN_GRID
+            for x in _BREAK_EVEN_GRID
         )
     cols = (
         TableColumn(c.BILLED_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),

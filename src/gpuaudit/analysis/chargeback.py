@@ -158,7 +158,7 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
     last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
                                                                   pl.len().alias("active_hours"))
     # the idle tail's wall time: each clock hour's held seconds ÷ the GPUs held in it (a job idle for the first
-    # 15 minutes of a new hour idled 0.25 h, not the hour it touched; issue 26.8)
+    # 15 minutes of a new hour idled 0.25 h, not the hour it touched)
     tail = ph.join(last_active, on="jkey").filter(pl.col("hour_s") > pl.col("last_active_s")).group_by("jkey").agg(
         (pl.col("held_s") / pl.max_horizontal(pl.col("gpus"), pl.lit(1))).sum().alias("idle_wall_s"),
         (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))

@@ -133,7 +133,7 @@ class TornadoColumns(ColumnNames):
     BASE_DIFF_USD: ClassVar[str] = "base_diff_usd"
     LOW_DIFF_USD: ClassVar[str] = "low_diff_usd"
     HIGH_DIFF_USD: ClassVar[str] = "high_diff_usd"
-    PLAN: ClassVar[str] = "plan"  # the recommended plan, and its cost and margin over the runner-up (issue 17)
+    PLAN: ClassVar[str] = "plan"  # the recommended plan, and its cost and margin over the runner-up
     BASE_PLAN_USD: ClassVar[str] = "base_plan_usd"
     LOW_PLAN_USD: ClassVar[str] = "low_plan_usd"
     HIGH_PLAN_USD: ClassVar[str] = "high_plan_usd"

@@ -17,7 +17,7 @@ from gpuaudit.analysis.decision import branch_for
 from gpuaudit.analysis.result import Confidence, DecisionInputs, Interval
 from gpuaudit.analysis.utilization import day_index
 
-METHOD = "block bootstrap over whole UTC days"
+_METHOD = "block bootstrap over whole UTC days"
 
 
 def daily(gpu_hours: pl.DataFrame, start_s: float | None = None, days: float | None = None) -> pl.DataFrame:
@@ -100,7 +100,7 @@ def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: 
     few = 0 < n < min_days
     if resamples == 0 or n == 0 or few:
         # No resamples (or too few days to resample), no interval: the bounds are unknown, not equal to the point.
-        return Confidence(METHOD, 0, seed, level, n, Interval(point_real, None, None),
+        return Confidence(_METHOD, 0, seed, level, n, Interval(point_real, None, None),
                           Interval(point_runtime, None, None), 0.0, {}, Interval(diff_point, None, None), {}, 0.0,
                           min_days=min_days, too_few_days=few)
     idx = resample_index(n, resamples, seed)
@@ -124,7 +124,7 @@ def bootstrap(days: pl.DataFrame, inputs: DecisionInputs, resamples: int, seed: 
         shares = {k: v / n_ok for k, v in sorted(winners.items())}
         cheap_flip = 1.0 - shares.get(cheap_point, 0.0)
     return Confidence(
-        method=METHOD, resamples=resamples, seed=seed, level=level, days=n,
+        method=_METHOD, resamples=resamples, seed=seed, level=level, days=n,
         real_utilization=_interval(point_real, real, level),
         runtime_utilization=_interval(point_runtime, runtime, level),
         flip_share=1.0 - counts.get(str(base), 0) / total,

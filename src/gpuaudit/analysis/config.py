@@ -47,11 +47,11 @@ class DecisionConfig:
     latency_sensitive_share: float = _num(0.0, 1.0)
 
 
-GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)
-MONEY_MAX = 1e12  # a larger price is a typo, and would overflow the charts and sums
+_GROWTH_MAX = 1e9  # demand multiplied more over the horizon is a typo (and sizes a fleet of 1e16 GPUs)
+_MONEY_MAX = 1e12  # a larger price is a typo, and would overflow the charts and sums
 
 
-def _money(hi: float = MONEY_MAX) -> Any:
+def _money(hi: float = _MONEY_MAX) -> Any:
     return _num(0.0, hi)
 
 
@@ -187,7 +187,7 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
 }
 
 # Keys an older release read, with why they went: a clear error, not "unknown key".
-REMOVED = {
+_REMOVED = {
     "analysis.hybrid_demand": "every plan is priced on held demand, what the cloud bills; packed (SM-weighted) "
                               "demand is what the 'if behaviour changes' scenarios show",
 }
@@ -291,9 +291,9 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
                 raise GpuauditError(f"config error: {section} must be a table ([{section}]), got {_show(values)}")
             known = {f.name for f in dataclasses.fields(SECTIONS[section])}
             for key, value in values.items():
-                if f"{section}.{key}" in REMOVED:
+                if f"{section}.{key}" in _REMOVED:
                     raise GpuauditError(f"config error: {section}.{key} in {label} was removed: "
-                                        f"{REMOVED[f'{section}.{key}']}; delete the line")
+                                        f"{_REMOVED[f'{section}.{key}']}; delete the line")
                 if key not in known:
                     raise GpuauditError(
                         f"config error: unknown key {section}.{_cut(key)} in {label}; known: {', '.join(sorted(known))}"
@@ -304,7 +304,7 @@ def load_config(path: Path | str | None = None, preset: str | None = None) -> Co
     models = _build_models(model_values, sources)
     cfg = Config(**built, preset=name, sources=sources, models=models)
     check(cfg)
-    check_plausible(cfg, frozenset(allow))
+    _check_plausible(cfg, frozenset(allow))
     return cfg
 
 
@@ -403,7 +403,7 @@ def model_toml_lines(names: Iterable[str | tuple[str, int | None]], cfg: Config)
     return lines
 
 
-def check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
+def _check_plausible(cfg: Config, allow: frozenset[str] = frozenset()) -> None:
     """Refuse a price or multiplier outside its plausible range (PLAUSIBLE), in one line with the key, the value
     and the range, unless the file allows it."""
     for key, (lo, hi, what) in PLAUSIBLE.items():
@@ -442,11 +442,11 @@ def _show(value: Any) -> str:
         return _cut(repr(value))
 
 
-SHOWN_CHARS = 80  # of a key or value echoed in an error: a 200 KB key is still a one-line message
+_SHOWN_CHARS = 80  # of a key or value echoed in an error: a 200 KB key is still a one-line message
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text):,} characters)"
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text):,} characters)"
 
 
 def _build(cls: type, section: str, values: dict[str, Any]) -> Any:
@@ -501,11 +501,11 @@ def check(cfg: Config) -> None:
     a = cfg.analysis
     for g in a.growth_rates:
         # (1 + g) ** years, compared in logs so that no power overflows
-        if g > 0 and a.horizon_months / 12.0 * math.log1p(g) > math.log(GROWTH_MAX):
+        if g > 0 and a.horizon_months / 12.0 * math.log1p(g) > math.log(_GROWTH_MAX):
             factor = math.exp(min(a.horizon_months / 12.0 * math.log1p(g), 700.0))
             raise GpuauditError(
                 f"config error: analysis.growth_rates: {g:g} a year over analysis.horizon_months = "
-                f"{a.horizon_months} multiplies demand {factor:.3g}-fold, more than {GROWTH_MAX:g}; growth is a "
+                f"{a.horizon_months} multiplies demand {factor:.3g}-fold, more than {_GROWTH_MAX:g}; growth is a "
                 "fraction a year (0.25 = 25 %)"
             )
     if cfg.decision.cloud_below > cfg.decision.on_prem_above:

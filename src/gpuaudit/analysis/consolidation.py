@@ -28,7 +28,7 @@ from gpuaudit.analysis.plans import cloud_of, is_cloud_used
 from gpuaudit.analysis.result import Consolidation
 from gpuaudit.analysis.scenarios import CostBlock
 
-TOP_HOLDERS = 3
+_TOP_HOLDERS = 3
 
 
 def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: CostScenario,
@@ -77,7 +77,7 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: 
                 f"{n_fit:,} GPUs at once)" if n_own else
                 f"rent the work at {target:.0%} utilization (at most {n_fit:,} GPUs at once)")
     holders = sorted((r for r in per_user.rows if float(r.get("idle_held_gpu_hours") or 0) > 0),
-                     key=lambda r: (-float(r["idle_held_gpu_hours"]), str(r["user"])))[:TOP_HOLDERS]
+                     key=lambda r: (-float(r["idle_held_gpu_hours"]), str(r["user"])))[:_TOP_HOLDERS]
     top = tuple(f"{r['user']} ({float(r['idle_held_gpu_hours']):,.0f} GPU-h)" for r in holders)
     how = []
     if idle_held_gpu_hours > 0:

@@ -79,7 +79,7 @@ def _stated(cfg: Config, dotted: str, value: int) -> str:
 
 def _check_stated(cfg: Config, configured: int, physical: int, owned: int, gpus: int) -> None:
     """A stated fleet holds at least the GPUs that reported, and the GPUs owned today are part of the fleet:
-    anything else prices a fleet that is not the one measured (issue 26.5, 26.6), so it is refused."""
+    anything else prices a fleet that is not the one measured, so it is refused."""
     if configured and configured < physical:
         raise GpuauditError(f"{_stated(cfg, 'analysis.fleet_gpus', configured)} is fewer than the {physical:,} GPUs "
                             "seen in the data: the fleet holds at least every GPU that reported (give the whole "
@@ -112,7 +112,7 @@ def latency_floor(share: float, series: np.ndarray) -> int:
     return max(1, math.ceil(float(series.max()) * share - 1e-9))
 
 
-def to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
+def _to_fleet(series: np.ndarray, reporting: np.ndarray, capacity: float) -> np.ndarray:
     """Scale a per-bucket series measured on the GPUs that reported to the whole fleet; buckets where nothing
     reported are dropped (unknown, not idle)."""
     ok = reporting > 1e-9
@@ -127,7 +127,7 @@ def fleet_series(m: Measured, fl: Fleet, series: np.ndarray, elastic_part: np.nd
     x = np.asarray(series, dtype=float)
     if fl.elastic <= 0 or elastic_part is None or m.elastic_reporting is None:
         ok = m.reporting > 1e-9
-        return to_fleet(x, m.reporting, fl.capacity), ok
+        return _to_fleet(x, m.reporting, fl.capacity), ok
     steady_rep = np.maximum(m.reporting - m.elastic_reporting, 0.0)
     steady = np.maximum(x - elastic_part, 0.0)
     if fl.steady <= 1e-9:  # every GPU elastic: nothing to scale, no bucket unknown

@@ -29,8 +29,8 @@ from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
 
 DENSE_MAX = 4096  # price every N up to this many GPUs (exact; covers any fleet of normal size)
-GRID_POINTS = 1024  # above it: counts per refinement level (linear and geometric spacing each)
-NEIGHBOURS = 8  # grid points either side of the best that the next level covers
+_GRID_POINTS = 1024  # above it: counts per refinement level (linear and geometric spacing each)
+_NEIGHBOURS = 8  # grid points either side of the best that the next level covers
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def overflow_mean(demand: np.ndarray, candidates: np.ndarray, unit: int = 1) -> 
     return np.array([costs.billable(d - n, unit).mean() for n in cand])
 
 
-def share_at_least(demand: np.ndarray, levels: np.ndarray) -> np.ndarray:
+def _share_at_least(demand: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Share of buckets with demand ≥ each level."""
     d = np.sort(np.asarray(demand, dtype=float))
     if d.size == 0:
@@ -91,14 +91,14 @@ def critical_fractile_n(demand: np.ndarray, cloud_rate: float, own_rate: np.ndar
     if np.ndim(own_rate) > 0:  # one rate per level: the caller sized the array already
         levels = np.arange(1, top + 1, dtype=float)
         own = np.broadcast_to(np.asarray(own_rate, dtype=float), levels.shape)
-        ok = share_at_least(d, levels) * cloud_rate >= own - 1e-12
+        ok = _share_at_least(d, levels) * cloud_rate >= own - 1e-12
         bad = np.flatnonzero(~ok)
         return int(bad[0]) if bad.size else int(levels.size)
 
     def first_bad(lo: int, hi: int, rate: float) -> int | None:
         """Smallest k in lo..hi where owning the k-th GPU does not pay (the same test as the array form)."""
         def ok(k: int) -> bool:
-            return bool(share_at_least(d, np.array([float(k)]))[0] * cloud_rate >= rate - 1e-12)
+            return bool(_share_at_least(d, np.array([float(k)]))[0] * cloud_rate >= rate - 1e-12)
 
         if lo > hi or ok(hi):
             return None
@@ -131,8 +131,8 @@ def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.nd
     if top <= DENSE_MAX:
         return np.arange(0, top + 1, dtype=float)
     first = np.concatenate([
-        np.arange(0, 257, dtype=float), np.geomspace(256.0, float(top), GRID_POINTS),
-        np.linspace(0.0, float(top), GRID_POINTS),
+        np.arange(0, 257, dtype=float), np.geomspace(256.0, float(top), _GRID_POINTS),
+        np.linspace(0.0, float(top), _GRID_POINTS),
         np.array([existing - 1, existing, existing + 1, float(top)], dtype=float),
     ])
     cand = np.unique(np.clip(np.rint(first), 0.0, float(top)))
@@ -148,13 +148,13 @@ def _search_grid(top: int, existing: int, total_of: Callable[[np.ndarray], np.nd
 
     for _ in range(64):  # each level narrows the window ~60-fold: a handful of levels reach any float peak
         i = int(np.argmin(tot[1:])) + 1
-        lo, hi = cand[max(i - NEIGHBOURS, 1)], cand[min(i + NEIGHBOURS, cand.size - 1)]
+        lo, hi = cand[max(i - _NEIGHBOURS, 1)], cand[min(i + _NEIGHBOURS, cand.size - 1)]
         if hi - lo <= DENSE_MAX:
             best = cand[i]
             add(np.arange(best - DENSE_MAX // 2, best + DENSE_MAX // 2 + 1))
             break
         before = cand.size
-        add(np.linspace(lo, hi, GRID_POINTS))
+        add(np.linspace(lo, hi, _GRID_POINTS))
         if cand.size == before:  # no integer left between the grid points (a peak beyond float precision)
             break
     return cand

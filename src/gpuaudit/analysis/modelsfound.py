@@ -1,4 +1,4 @@
-"""The GPU models found in the data (issue 25): each reported name -> catalogue key, its GPUs, and where its
+"""The GPU models found in the data: each reported name -> catalogue key, its GPUs, and where its
 prices come from (gpuaudit.catalog, the config's [models."<key>"], or the fleet defaults, assumed)."""
 
 from __future__ import annotations

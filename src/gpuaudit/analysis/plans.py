@@ -134,10 +134,10 @@ class Built:
     sizing: Sizing | None = None  # the hybrid's search
 
 
-Builder = Callable[[Context, Mapping[str, Built]], Built]
+_Builder = Callable[[Context, Mapping[str, Built]], Built]
 
 
-def stay_as_is(c: Context, _built: Mapping[str, Built]) -> Built:
+def _stay_as_is(c: Context, _built: Mapping[str, Built]) -> Built:
     cfg, m, fl, tl = c.cfg, c.m, c.fl, c.tl
     if m.current is Deployment.ON_PREM:
         bill, k, over = c.rent(c.held - fl.existing)
@@ -185,7 +185,7 @@ def _peak(series: np.ndarray) -> int:
     return max(1, math.ceil(float(series.max()) - 1e-9)) if series.size else 1
 
 
-def all_on_prem(c: Context, _built: Mapping[str, Built]) -> Built:
+def _all_on_prem(c: Context, _built: Mapping[str, Built]) -> Built:
     n = _peak(c.held)
     return Built(_scenario("all-on-prem", "All on-prem", f"Own enough GPUs for peak demand ({n}).", 0.0, n,
                            c.own(n), "owned cost(ceil(peak demand))", c.tl))
@@ -205,7 +205,7 @@ def hybrid(c: Context, built: Mapping[str, Built]) -> Built:
                  sizing=sizing)
 
 
-def all_cloud_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
+def _all_cloud_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
     eff = c.cfg.cloud.right_size_target_efficiency
     bill, _k, mean = c.rent(c.packed)
     return Built(_scenario("all-cloud-if-packed", "All cloud, if behaviour changes",
@@ -215,7 +215,7 @@ def all_cloud_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
                  floor=latency_floor(c.m.latency_share, c.packed))
 
 
-def all_on_prem_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
+def _all_on_prem_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
     n = _peak(c.packed)
     return Built(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
                            f"Own enough GPUs for the peak of held demand × {c.pack:.2f} ({n}).", 0.0, n,
@@ -223,7 +223,7 @@ def all_on_prem_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
                  floor=0)
 
 
-def hybrid_if_packed(c: Context, built: Mapping[str, Built]) -> Built:
+def _hybrid_if_packed(c: Context, built: Mapping[str, Built]) -> Built:
     fl = c.fl
     floor = latency_floor(c.m.latency_share, c.packed)
     rent_all = _sum(built["all-cloud-if-packed"].scenario.components)
@@ -236,11 +236,11 @@ def hybrid_if_packed(c: Context, built: Mapping[str, Built]) -> Built:
 
 
 # The registry, in report order: the plans, then the "if behaviour changes" what-ifs (never counted as cheapest).
-PLANS: tuple[tuple[str, Builder], ...] = (
-    ("stay-as-is", stay_as_is), ("all-cloud", all_cloud), ("all-on-prem", all_on_prem), ("hybrid", hybrid))
-WHAT_IFS: tuple[tuple[str, Builder], ...] = (
-    ("all-cloud-if-packed", all_cloud_if_packed), ("all-on-prem-if-packed", all_on_prem_if_packed),
-    ("hybrid-if-packed", hybrid_if_packed))
+PLANS: tuple[tuple[str, _Builder], ...] = (
+    ("stay-as-is", _stay_as_is), ("all-cloud", all_cloud), ("all-on-prem", _all_on_prem), ("hybrid", hybrid))
+WHAT_IFS: tuple[tuple[str, _Builder], ...] = (
+    ("all-cloud-if-packed", _all_cloud_if_packed), ("all-on-prem-if-packed", _all_on_prem_if_packed),
+    ("hybrid-if-packed", _hybrid_if_packed))
 
 
 def build(c: Context, *, what_if: bool = True) -> dict[str, Built]:

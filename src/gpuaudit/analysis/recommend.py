@@ -29,7 +29,7 @@ from gpuaudit.util import fmt
 
 _LEVELS = ("low", "medium", "high")
 # What the reader should do, per rule (the rule id and its figures are shown next to the headline).
-ADVICE = {
+_ADVICE = {
     "data-residency": "on-prem (data residency forbids the cloud)",
     "low-utilization": "move to the cloud",
     "mid-utilization": "go hybrid — own the steady base, burst the rest to the cloud",
@@ -43,7 +43,7 @@ def _usd(x: float) -> str:
     return f"${abs(x):,.0f}"
 
 
-def scenario_branch(s: CostScenario, current: Deployment) -> str:
+def _scenario_branch(s: CostScenario, current: Deployment) -> str:
     """The branch a scenario carries out."""
     if s.id.startswith("all-cloud"):
         return Branch.CLOUD.value
@@ -133,7 +133,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     by_id = {s.id: s for s in scenarios}
     best = by_id[cheapest]
     current = inputs.current
-    cost_branch = scenario_branch(best, current)
+    cost_branch = _scenario_branch(best, current)
     tree = [b.value for b in possible]
     determined = len(tree) == 1
     residency = fired.id == "data-residency"
@@ -144,7 +144,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     if tie_keep and stay is not None:
         runner_up = best
         best = stay
-        cost_branch = scenario_branch(best, current)
+        cost_branch = _scenario_branch(best, current)
     tree_pool = [s for s in scenarios if s.allowed and not s.what_if and _carries(s, current) in tree]
     tree_best = min(tree_pool, key=lambda s: s.total.value or 0.0) if tree_pool else best
     versus_tree = float((tree_best.total.value or 0.0) - (best.total.value or 0.0))
@@ -204,7 +204,7 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
 
 def _advice(fired: RuleFired, current: Deployment) -> str:
     """What the rule says, for where the fleet runs today: a cloud fleet is never told to move to the cloud."""
-    text = ADVICE.get(fired.id, fired.branch.value)
+    text = _ADVICE.get(fired.id, fired.branch.value)
     if current is Deployment.CLOUD and fired.id == "low-utilization":
         return "stay in the cloud"
     return text
@@ -259,7 +259,7 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
         plan = (f"the best {tree_best.label.lower()} plan rents nothing and owns the whole peak "
                 f"({tree_best.owned_gpus:,} GPUs)" if tree_best.owned_gpus and tree_best.cloud_gpu_hours <= 1e-9
                 else f"the rule's best plan ({tree_best.label.lower()}) comes out as "
-                     f"{_BRANCH_WORDS[scenario_branch(tree_best, inputs.current)]}")
+                     f"{_BRANCH_WORDS[_scenario_branch(tree_best, inputs.current)]}")
         return (f"{util[0].upper()}{util[1:]}: the utilization rule says {_advice(fired, inputs.current)}; "
                 f"at your prices {plan}: the same as {best.label.lower()}, {_usd(best.total.value or 0.0)} over "
                 f"{months} months" + (f"; {ruled_out}: {vs_stay}." if ruled_out else "."))
@@ -267,7 +267,7 @@ def _headline(fired: RuleFired, inputs: DecisionInputs, best: CostScenario, stay
         return f"{util[0].upper()}{util[1:]}: {_advice(fired, inputs.current)}; {costs}."
     return (f"The utilization rule says {_advice(fired, inputs.current)} ({util}), but {at_prices} is "
             f"{_usd(versus_tree)} cheaper over {months} months than {tree_best.label.lower()}: your prices point to "
-            f"{_BRANCH_WORDS[scenario_branch(best, inputs.current)]}.")
+            f"{_BRANCH_WORDS[_scenario_branch(best, inputs.current)]}.")
 
 
 def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: str, residency: bool, trial: Trial,

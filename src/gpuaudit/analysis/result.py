@@ -156,12 +156,12 @@ class Chargeback:
 
 @dataclass(frozen=True)
 class ModelFound:
-    """One GPU model in the data (issue 25): the names its GPUs reported (NVML, dcgm-exporter `modelName`, a
+    """One GPU model in the data: the names its GPUs reported (NVML, dcgm-exporter `modelName`, a
     MIG slice's name), its key (gpuaudit.catalog), whether the catalogue knows it, the physical GPUs (distinct
     host + GPU UUID; MIG slices count with their GPU), and where its prices come from: the catalogue's source
     and date, the config file that set it, or "assumed: fleet default ..." where neither gives one. `toml`:
     the [models."<key>"] lines to add to --config for a model the catalogue does not know ("" otherwise).
-    Until the cost model prices per model (issue 25 item 3) these are the model's prices, not yet the plan's."""
+    The model's pool is priced at these (analysis/pools.py)."""
 
     model: str
     gpu_names: tuple[str, ...]
@@ -482,7 +482,7 @@ class AnalysisResult:
     confidence: Confidence
     assumptions: tuple[Assumption, ...]
     warnings: tuple[str, ...] = field(default=())
-    consolidation: Consolidation | None = None  # the consolidation lever (issue 17)
+    consolidation: Consolidation | None = None  # the consolidation lever: how many GPUs the measured work fits on
     ledger: Ledger | None = None  # the four-state ledger (analysis/ledger.py)
     chargeback: Chargeback | None = None  # showback per account / user / partition / namespace
     models: tuple[ModelFound, ...] = ()  # the GPU models found: reported name -> key, GPUs, prices

@@ -170,7 +170,7 @@ def cheapest_of(scenarios: list[CostScenario] | tuple[CostScenario, ...]) -> str
     return min(pool, key=lambda s: (round(s.total.value or 0.0, 2), SCENARIO_ORDER.index(s.id))).id
 
 
-def with_egress(cfg: Config, egress_gb_per_week: float | None) -> Config:
+def _with_egress(cfg: Config, egress_gb_per_week: float | None) -> Config:
     if egress_gb_per_week is None:
         return cfg
     return cfg.replace("cloud", egress_gb_per_week=float(egress_gb_per_week))

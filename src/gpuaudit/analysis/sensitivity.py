@@ -44,14 +44,14 @@ def total_of(block: CostBlock, sid: str) -> float:
     return float(next(s.total.value for s in block.scenarios if s.id == sid) or 0.0)
 
 
-def best_owning(block: CostBlock) -> CostScenario:
+def _best_owning(block: CostBlock) -> CostScenario:
     """The cheapest allowed scenario that owns GPUs (stay-as-is counts only when today's fleet is owned)."""
     pool = [s for s in block.scenarios if s.id in OWNING and s.allowed and not s.what_if and s.owned_gpus > 0]
     return min(pool, key=lambda s: (s.total.value or 0.0, SCENARIO_ORDER.index(s.id)))
 
 
-def cloud_minus_own(block: CostBlock) -> float:
-    return total_of(block, "all-cloud") - float(best_owning(block).total.value or 0.0)
+def _cloud_minus_own(block: CostBlock) -> float:
+    return total_of(block, "all-cloud") - float(_best_owning(block).total.value or 0.0)
 
 
 def _moved(cfg: Config, section: str, key: str, value: float, lo: float, hi: float) -> tuple[Config, float, str]:
@@ -75,7 +75,7 @@ def _within(u: float | None) -> float | None:
     return None if u is None or u > 1.0 else u
 
 
-def same_plan(a: CostScenario, b: CostScenario) -> bool:
+def _same_plan(a: CostScenario, b: CostScenario) -> bool:
     """Two scenarios that own the same GPUs and rent the same GPU-hours are one plan under two names (staying
     with 8 owned GPUs, and all on-prem at a peak of 8)."""
     hours = max(abs(a.cloud_gpu_hours), abs(b.cloud_gpu_hours), 1.0)
@@ -90,7 +90,7 @@ def margin(block: CostBlock, plan: str) -> tuple[float, float | None]:
     own = total_of(block, plan)
     me = next(s for s in block.scenarios if s.id == plan)
     others = [float(s.total.value or 0.0) for s in block.scenarios
-              if s.allowed and not s.what_if and s.id != plan and not same_plan(s, me)]
+              if s.allowed and not s.what_if and s.id != plan and not _same_plan(s, me)]
     return own, (min(others) - own if others else None)
 
 
@@ -109,7 +109,7 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
     staying as is), whose cost and margin over the cheapest different allowed plan the rows carry."""
     T = TornadoColumns
     base = base or build(cfg, 0.0)
-    base_diff = cloud_minus_own(base)
+    base_diff = _cloud_minus_own(base)
     plan = plan or base.cheapest
     base_plan, base_margin = margin(base, plan)
     rows: list[dict[str, Any]] = []
@@ -126,7 +126,7 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
             if why:
                 limits.append(f"{side} {why}")
         (lb, lv), (hb, hv) = ends["low"], ends["high"]
-        lo_diff, hi_diff = cloud_minus_own(lb), cloud_minus_own(hb)
+        lo_diff, hi_diff = _cloud_minus_own(lb), _cloud_minus_own(hb)
         (lo_plan, lo_margin), (hi_plan, hi_margin) = margin(lb, plan), margin(hb, plan)
         rows.append({
             T.PARAMETER: label, T.KEY: f"{section}.{key}", T.BASE_VALUE: value, T.LOW_VALUE: lv, T.HIGH_VALUE: hv,

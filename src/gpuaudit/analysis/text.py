@@ -45,7 +45,7 @@ def _headline_lines(r: AnalysisResult) -> list[str]:
 
 
 def _model_lines(r: AnalysisResult) -> list[str]:
-    """The GPU models found: name as reported -> key, GPUs, where the price came from (issue 25)."""
+    """The GPU models found: name as reported -> key, GPUs, where the price came from."""
     return [f"model {m.model:<16} {m.gpus:>5} GPUs  ← {', '.join(m.gpu_names)}; "
             f"${m.usd_per_gpu_hour:.2f}/GPU-h, hardware ${m.hardware_usd_per_gpu:,.0f}"
             + ("" if m.known else " (not in the catalogue)")

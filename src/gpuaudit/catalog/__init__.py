@@ -1,4 +1,4 @@
-"""GPU model identity and the shipped price catalogue (issue 25, items 1 and 2).
+"""GPU model identity and the shipped price catalogue.
 
 `model_key(name)` turns whatever a GPU reports as its name (NVML / nvidia-smi, dcgm-exporter's `modelName`,
 a Slurm gres type, a MIG slice's name) into a stable key such as `h100-sxm-80gb` or `t4`; `identify(name)`

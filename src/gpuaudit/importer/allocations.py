@@ -32,7 +32,7 @@ from gpuaudit.store.journal import hidden_names
 
 KEY = ("job_id", "host", "start_ts", "mig_profile")
 # The scheduler's own identity of a row per source (rows of a source not listed: KEY).
-IDENTITY = {schema.ALLOC_SOURCE_SLURM: ("job_id", "job_id_raw", "host", "mig_profile")}
+_IDENTITY = {schema.ALLOC_SOURCE_SLURM: ("job_id", "job_id_raw", "host", "mig_profile")}
 _DAY = pl.col("start_ts").dt.date()
 # A transaction's window covering every start time: a touched partition's rows of the source are replaced whole.
 _ALL_TIME = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
@@ -99,7 +99,7 @@ def write_allocations(root: Path | str, new: pl.DataFrame, source: str, *,
             before = inside.filter(pl.col("start_ts") < w0).with_columns(end_ts=w0)
             after = inside.filter(pl.col("end_ts") > w1).with_columns(start_ts=w1)
             old = pl.concat([old.filter(~overlaps), before, after])
-        key = list(IDENTITY.get(source, KEY))
+        key = list(_IDENTITY.get(source, KEY))
         keyed = old.join(new.select(key), on=key, how="anti", nulls_equal=True)
         result.replaced += old.height - keyed.height
         merged = pl.concat([keyed, new])
@@ -125,7 +125,7 @@ def _parts(df: pl.DataFrame) -> list[tuple[str, Any]]:
     return list(df.select("host", _DAY.alias("d")).unique().iter_rows())
 
 
-def telemetry_hosts(root: Path | str) -> set[str]:
+def _telemetry_hosts(root: Path | str) -> set[str]:
     """Hosts with samples in the dataset, from the partition directories (no file is read)."""
     base = Path(root) / schema.SAMPLES
     return {unquote(d.name.removeprefix("host=")) for d in base.glob("host=*")} if base.is_dir() else set()
@@ -149,7 +149,7 @@ def store_rows(root: Path | str, rows: list[dict[str, Any]], source: str, jobs: 
     """Write an importer's rows and say what happened (the CLI prints it)."""
     df = frame(rows)
     written = write_allocations(root, df, source, window=window)
-    seen = telemetry_hosts(root)
+    seen = _telemetry_hosts(root)
     hosts = sorted(set(df["host"].to_list()))
     unknown = [h for h in hosts if seen and h not in seen]
     hours = float(df.select((pl.col("gpus") * (pl.col("end_ts") - pl.col("start_ts")).dt.total_seconds() / 3600)

@@ -11,7 +11,7 @@ import re
 
 from gpuaudit.errors import GpuauditError
 
-MAX_HOSTS = 100_000  # more names from one list is a typo (`[1-99999999]`), not a cluster
+_MAX_HOSTS = 100_000  # more names from one list is a typo (`[1-99999999]`), not a cluster
 _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
@@ -24,8 +24,8 @@ def expand(text: str) -> list[str]:
             if host not in seen:
                 seen.add(host)
                 out.append(host)
-            if len(out) > MAX_HOSTS:
-                raise GpuauditError(f"host list {text!r} expands to more than {MAX_HOSTS:,} hosts")
+            if len(out) > _MAX_HOSTS:
+                raise GpuauditError(f"host list {text!r} expands to more than {_MAX_HOSTS:,} hosts")
     return out
 
 
@@ -74,8 +74,8 @@ def _expand_one(name: str, whole: str) -> list[str]:
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
             raise GpuauditError(f"bad host list {whole!r}: range {item!r} runs backwards")
-        if (hi - lo + 1) * len(tails) > MAX_HOSTS:
-            raise GpuauditError(f"host list {whole!r} expands to more than {MAX_HOSTS:,} hosts")
+        if (hi - lo + 1) * len(tails) > _MAX_HOSTS:
+            raise GpuauditError(f"host list {whole!r} expands to more than {_MAX_HOSTS:,} hosts")
         width = len(lo_text)
         out += [f"{prefix}{n:0{width}d}{tail}" for n in range(lo, hi + 1) for tail in tails]
     return out

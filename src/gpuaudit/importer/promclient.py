@@ -24,13 +24,13 @@ from urllib3.util.retry import Retry
 from gpuaudit.errors import GpuauditError
 from gpuaudit.util.smallfile import TOKEN_MAX_BYTES, read_small_text
 
-TOKEN_ENV = "GPUAUDIT_PROM_TOKEN"
-PASSWORD_ENV = "GPUAUDIT_PROM_PASSWORD"
+_TOKEN_ENV = "GPUAUDIT_PROM_TOKEN"
+_PASSWORD_ENV = "GPUAUDIT_PROM_PASSWORD"
 # Prometheus refuses range queries above 11,000 points per series; stay clear of it.
 MAX_POINTS = 10_000
 # The most one answer may hold (decompressed): a server that sends more, or never stops, must not exhaust
 # memory. 256 MiB of JSON holds ~8 M points, e.g. 800 series of 10,000 points; parsed, it takes a few GB.
-MAX_RESPONSE_MB = 256
+_MAX_RESPONSE_MB = 256
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,13 @@ class Transport:
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 0.5
-    max_response_bytes: int = MAX_RESPONSE_MB * 1024 * 1024
+    max_response_bytes: int = _MAX_RESPONSE_MB * 1024 * 1024
 
 
 def transport(url: str, *, bearer_token_file: Path | None = None, user: str | None = None,
               password: str | None = None, ca_file: Path | None = None, insecure: bool = False,
               timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.5,
-              max_response_mb: float = MAX_RESPONSE_MB) -> Transport:
+              max_response_mb: float = _MAX_RESPONSE_MB) -> Transport:
     """Validated connection settings. The token comes from --bearer-token-file, else $GPUAUDIT_PROM_TOKEN;
     the basic-auth password from the argument, else $GPUAUDIT_PROM_PASSWORD."""
     url = url.strip().rstrip("/")
@@ -65,11 +65,11 @@ def transport(url: str, *, bearer_token_file: Path | None = None, user: str | No
         if not token:
             raise GpuauditError(f"--bearer-token-file {bearer_token_file} is empty")
     else:
-        token = os.environ.get(TOKEN_ENV, "").strip() or None
+        token = os.environ.get(_TOKEN_ENV, "").strip() or None
     if user is None and password:
         raise GpuauditError("a password was given without --user")
     if user is not None and password is None:
-        password = os.environ.get(PASSWORD_ENV)
+        password = os.environ.get(_PASSWORD_ENV)
     if user is not None and token:
         raise GpuauditError("give either a bearer token or --user, not both")
     if ca_file is not None and not Path(ca_file).is_file():

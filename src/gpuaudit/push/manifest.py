@@ -23,7 +23,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.util import atomic, jsonio, locks, paths
 
 STATE_DIR = ".push"
-LOCK_POLL_S = 0.5
+_LOCK_POLL_S = 0.5
 
 
 class PushBusy(GpuauditError):
@@ -115,7 +115,7 @@ def locked(state: Path, url: str, owner: tuple[int, int] | None, wait_s: float,
     fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         give(state / "lock", owner)
-        if not locks.take(fd, wait_s=wait_s, poll_s=LOCK_POLL_S, sleep=sleep, clock=clock):
+        if not locks.take(fd, wait_s=wait_s, poll_s=_LOCK_POLL_S, sleep=sleep, clock=clock):
             raise PushBusy(f"another `gpuaudit push` to {url} from this dataset is running; it ships "
                            "these files (a file it missed goes with the next push)")
         yield

@@ -22,11 +22,11 @@ from gpuaudit.util import jsonio
 
 log = logging.getLogger("gpuaudit.push")
 
-RETRIES = 3
+_RETRIES = 3
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
-FOLLOW_BACKOFF_MAX_S = 300.0
-FINAL_LOCK_WAIT_S = 15.0  # the uploader's last push waits this long for an overlapping one (the agent waits 20 s)
+_FOLLOW_BACKOFF_MAX_S = 300.0
+_FINAL_LOCK_WAIT_S = 15.0  # the uploader's last push waits this long for an overlapping one (the agent waits 20 s)
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None = None,
-         delete_after_upload: bool = False, retries: int = RETRIES, wait_s: float = 0.0,
+         delete_after_upload: bool = False, retries: int = _RETRIES, wait_s: float = 0.0,
          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> PushStats:
     """Ship the dataset at `root` (local) to `to` (a directory, an s3:// URL, or a Target). See the module doc.
     Raises PushBusy when another push of it to the same target still runs after `wait_s` seconds."""
@@ -242,7 +242,7 @@ def push(root: Path | str, to: Path | str | Target, *, endpoint_url: str | None 
 
 
 def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None, delete_after_upload: bool = False,
-           retries: int = RETRIES, trigger: IO[bytes] | None = None,
+           retries: int = _RETRIES, trigger: IO[bytes] | None = None,
            event: Callable[..., None] | None = None, clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep) -> None:
     """Push each time a line arrives on `trigger` (the agent writes one after each flush), and once more at its
@@ -261,12 +261,12 @@ def follow(root: Path | str, to: Path | str, *, endpoint_url: str | None = None,
             continue
         try:
             stats = push(root, target, delete_after_upload=delete_after_upload, retries=retries,
-                         wait_s=FINAL_LOCK_WAIT_S if eof else 0.0, sleep=sleep, clock=clock)
+                         wait_s=_FINAL_LOCK_WAIT_S if eof else 0.0, sleep=sleep, clock=clock)
         except PushBusy as e:
             say("upload_skipped", logging.DEBUG if not eof else logging.WARNING, reason=str(e))
         except GpuauditError as e:
             failures += 1
-            delay = min(BACKOFF_MIN_S * 2 ** failures, FOLLOW_BACKOFF_MAX_S)
+            delay = min(BACKOFF_MIN_S * 2 ** failures, _FOLLOW_BACKOFF_MAX_S)
             not_before = clock() + delay
             say("upload_failed", logging.WARNING, error=str(e), failures=failures, retry_in_s=delay)
         else:

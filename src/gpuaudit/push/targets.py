@@ -20,7 +20,7 @@ from gpuaudit.push.manifest import give, owner_of
 from gpuaudit.store import readers, remote
 from gpuaudit.util import atomic, paths
 
-STALE_TMP_S = 3600.0  # a directory target's temporary file this old is a killed push's, never one mid-write
+_STALE_TMP_S = 3600.0  # a directory target's temporary file this old is a killed push's, never one mid-write
 _TMP_RE = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # DirTarget.put's temporary names
 
 
@@ -80,7 +80,7 @@ class DirTarget:
             for entry in entries:
                 try:
                     st = entry.stat(follow_symlinks=False)
-                    if _TMP_RE.match(entry.name) and now - st.st_mtime > STALE_TMP_S:
+                    if _TMP_RE.match(entry.name) and now - st.st_mtime > _STALE_TMP_S:
                         os.unlink(entry.path)  # a killed push's: nothing else ever reads or renames it
                         continue
                 except FileNotFoundError:

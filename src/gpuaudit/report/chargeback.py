@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gpuaudit.analysis.result import AnalysisResult
     from gpuaudit.report.model import LinkedFile
 
-BY_KEYS = ("account", "user", "partition", "namespace")
+_BY_KEYS = ("account", "user", "partition", "namespace")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that starts with these
 
 
@@ -30,8 +30,8 @@ def parse_by(value: str | Iterable[str] | None) -> list[str]:
     for item in (i.strip().lower() for i in items):
         if not item:
             continue
-        if item not in BY_KEYS:
-            raise GpuauditError(f"unknown --by {item!r}; choose from {', '.join(BY_KEYS)}")
+        if item not in _BY_KEYS:
+            raise GpuauditError(f"unknown --by {item!r}; choose from {', '.join(_BY_KEYS)}")
         if item not in out:
             out.append(item)
     return out
@@ -43,7 +43,7 @@ def _cell(value: Any) -> Any:
     return "" if value is None else value
 
 
-def table_csv(table: Table) -> str:
+def _table_csv(table: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     names = table.column_names()
@@ -53,7 +53,7 @@ def table_csv(table: Table) -> str:
     return buf.getvalue()
 
 
-def table_json(table: Table, extra: dict[str, Any]) -> str:
+def _table_json(table: Table, extra: dict[str, Any]) -> str:
     return json_text({**extra, **plain(table, rich=True)}, indent=2) + "\n"
 
 
@@ -70,10 +70,10 @@ def chargeback_files(result: AnalysisResult, out: Path, by: Iterable[str]) -> li
     files: list[tuple[Path, str]] = []
     for key in keys:
         table = charge.by(key)
-        files.append((out / f"chargeback-{key}.csv", table_csv(table)))
-        files.append((out / f"chargeback-{key}.json", table_json(table, meta)))
-    files.append((out / "idle-jobs.csv", table_csv(charge.idle_jobs)))
-    files.append((out / "idle-jobs.json", table_json(charge.idle_jobs, meta)))
+        files.append((out / f"chargeback-{key}.csv", _table_csv(table)))
+        files.append((out / f"chargeback-{key}.json", _table_json(table, meta)))
+    files.append((out / "idle-jobs.csv", _table_csv(charge.idle_jobs)))
+    files.append((out / "idle-jobs.json", _table_json(charge.idle_jobs, meta)))
     return files
 
 

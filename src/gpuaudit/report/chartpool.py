@@ -28,7 +28,7 @@ Job = tuple[ChartSpec, bool]  # the spec, and whether to draw it for a phone's w
 
 # A worker that has not answered in this long is given up (its jobs are drawn here): a drawing takes well under
 # a second, so only a stuck process comes near it.
-REPLY_TIMEOUT_S = 120.0
+_REPLY_TIMEOUT_S = 120.0
 
 
 def default_drawers() -> int:
@@ -118,7 +118,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _reply(proc: subprocess.Popen[bytes], n: int) -> list[str | None]:
     """The worker's SVGs (None where it delivered none)."""
     try:
-        out, _ = proc.communicate(timeout=REPLY_TIMEOUT_S)
+        out, _ = proc.communicate(timeout=_REPLY_TIMEOUT_S)
         svgs = pickle.loads(out) if proc.returncode == 0 else None
     except subprocess.TimeoutExpired:
         proc.kill()

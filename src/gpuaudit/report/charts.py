@@ -24,14 +24,14 @@ if TYPE_CHECKING:  # matplotlib is imported when a chart is drawn, never by impo
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-INK = "#1f2933"
-GRID = "#d9dee4"
+_INK = "#1f2933"
+_GRID = "#d9dee4"
 BELIEVED = "#9aa5b1"  # runtime-hour figures: what people believe
 REAL = "#1d5fa8"  # SM-active figures: what the GPUs did
-WASTE = "#c2410c"
+_WASTE = "#c2410c"
 CLOUD = "#7c3aed"
-ONPREM = "#0f766e"
-TODAY = "#b91c1c"
+_ONPREM = "#0f766e"
+_TODAY = "#b91c1c"
 
 _STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every name
     "svg.fonttype": "none",  # real <text>: selectable, searchable, small
@@ -41,14 +41,14 @@ _STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every nam
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],  # ships with matplotlib: same metrics everywhere
     "font.size": 9,
-    "axes.edgecolor": GRID,
-    "axes.labelcolor": INK,
+    "axes.edgecolor": _GRID,
+    "axes.labelcolor": _INK,
     "axes.titlesize": 10,
     "axes.titleweight": "bold",
-    "axes.titlecolor": INK,
+    "axes.titlecolor": _INK,
     "axes.titlelocation": "left",
-    "xtick.color": INK,
-    "ytick.color": INK,
+    "xtick.color": _INK,
+    "ytick.color": _INK,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "figure.facecolor": "white",
@@ -59,7 +59,7 @@ _STYLE: dict[Any, Any] = {  # matplotlib types rc keys as a Literal of every nam
 _WIDTH_IN = 7.2
 # A phone's chart: drawn this wide, a 390 px screen shows it at ~1.34 px per point, so the smallest text (8 pt)
 # reads at ~10.7 px; the 7.2 in chart scaled down to the phone would show it at ~5.4 px.
-NARROW_WIDTH_IN = 3.6
+_NARROW_WIDTH_IN = 3.6
 _NARROW: ContextVar[bool] = ContextVar("gpuaudit_chart_narrow", default=False)
 
 
@@ -87,7 +87,7 @@ def _figure(
 
     ctx = matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"gpuaudit-{name}"})
     ctx.__enter__()
-    size = (NARROW_WIDTH_IN, narrow_height_in or height_in) if _is_narrow() else (_WIDTH_IN, height_in)
+    size = (_NARROW_WIDTH_IN, narrow_height_in or height_in) if _is_narrow() else (_WIDTH_IN, height_in)
     fig = Figure(figsize=size, layout="constrained")
     return fig, ctx
 
@@ -104,7 +104,7 @@ def _title(ax: Any, text: str) -> None:
         ha="left",
         fontsize=_STYLE["axes.titlesize"],
         fontweight=_STYLE["axes.titleweight"],
-        color=INK,
+        color=_INK,
     )
 
 
@@ -248,20 +248,20 @@ def utilization_bars(
     rows.reverse()
     for i, (_name, value, color) in enumerate(rows):
         ax.barh(i, value, color=color, height=0.6)
-        ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=INK, fontweight="bold")
+        ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=_INK, fontweight="bold")
     ax.set_yticks(range(len(rows)), [_short(r[0]) for r in rows])
     if runtime_util > real_util:  # the band is the gap the title names: held-hour − real
-        ax.axvspan(real_util, runtime_util, color=WASTE, alpha=0.08, lw=0)
+        ax.axvspan(real_util, runtime_util, color=_WASTE, alpha=0.08, lw=0)
     gap = runtime_util - real_util  # the phantom gap is R/W - S/W, whatever the scheduler shows
     ax.set_xlim(0, 1.0)
     _pct_axis(ax.xaxis)
-    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.grid(axis="x", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
     _title(ax, f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
     return _svg(fig, ctx, "Believed vs real utilization")
 
 
-LEDGER_COLORS = {"productive": REAL, "held_idle": WASTE, "allocated_no_process": "#f59e0b", "unallocated": "#cbd2d9"}
+_LEDGER_COLORS = {"productive": REAL, "held_idle": _WASTE, "allocated_no_process": "#f59e0b", "unallocated": "#cbd2d9"}
 LEDGER_LABELS = {
     "productive": "productive (SM active)",
     "held_idle": "held, SMs idle",
@@ -270,7 +270,7 @@ LEDGER_LABELS = {
 }
 
 
-def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
+def _ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -> str:
     """The four-state ledger per week as stacked bars (GPU-hours): productive at the bottom."""
     fig, ctx = _figure(2.6, "ledger", 3.9)
     ax = fig.add_subplot()
@@ -278,21 +278,21 @@ def ledger_weekly(weeks: Sequence[str], states: Mapping[str, Sequence[float]]) -
     bottom = [0.0] * len(weeks)
     for key in ("productive", "held_idle", "allocated_no_process", "unallocated"):
         values = [float(v) for v in states.get(key, [0.0] * len(weeks))]
-        ax.bar(xs, values, bottom=bottom, color=LEDGER_COLORS[key], width=0.75, label=LEDGER_LABELS[key])
+        ax.bar(xs, values, bottom=bottom, color=_LEDGER_COLORS[key], width=0.75, label=LEDGER_LABELS[key])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     step = _ticks(len(weeks), narrow_=3)
     ax.set_xticks(xs[::step], [str(w) for w in weeks][::step])
     ax.set_xlabel("week starting (UTC)")
     ax.set_ylabel("GPU-hours")
     ax.yaxis.set_major_formatter(_thousands_formatter())
-    ax.grid(axis="y", color=GRID, lw=0.6)
+    ax.grid(axis="y", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
     _legend(ax, ncols=4, frameon=False, loc="upper left", fontsize=8, bbox_to_anchor=(0, -0.28))
     _title(ax, "Where every observed GPU-hour went, per week")
     return _svg(fig, ctx, "Ledger per week")
 
 
-def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: str, color: str = WASTE) -> str:
+def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: str, color: str = _WASTE) -> str:
     """A ranked horizontal bar chart (largest on top), e.g. idle-held GPU-hours by user."""
     n = max(len(labels), 1)
     fig, ctx = _figure(0.9 + 0.28 * n, "top-" + title, 1.2 + 0.4 * n)
@@ -302,10 +302,10 @@ def top_bars(labels: Sequence[str], values: Sequence[float], title: str, unit: s
     ax.set_yticks(ys, [_short(str(label)) for label in labels])
     top = max(values, default=0) or 1
     for y, v in zip(ys, values, strict=True):
-        ax.text(v + top * 0.01, y, f"{v:,.0f}", va="center", color=INK, fontsize=8)
+        ax.text(v + top * 0.01, y, f"{v:,.0f}", va="center", color=_INK, fontsize=8)
     ax.set_xlim(0, top * (1.3 if _is_narrow() else 1.15))
     ax.set_xlabel(unit)
-    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.grid(axis="x", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
     _title(ax, title)
     return _svg(fig, ctx, title)
@@ -322,7 +322,7 @@ def hour_of_week_heatmap(matrix: Sequence[Sequence[float | None]], title: str) -
     fig, ctx = _figure(2.6, "heatmap", 2.9)
     ax = fig.add_subplot()
     # pcolormesh, not imshow: vector cells (crisp in print, no embedded bitmap).
-    # The colour scale spans the data (a fleet at 5-15 % was one pale shade on a fixed 0-100 % scale); the
+    # The colour scale spans the data (on a fixed 0-100 % scale a fleet at 5-15 % is one pale shade); the
     # colour bar's ticks say what the shades mean.
     finite = data[np.isfinite(data)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -355,7 +355,7 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
     xs = list(range(len(weeks)))
     ax.plot(xs, list(runtime), color=BELIEVED, lw=2, marker="o", ms=3, label="runtime hours (held)")
     ax.plot(xs, list(real), color=REAL, lw=2, marker="o", ms=3, label="SM active (real)")
-    ax.fill_between(xs, list(real), list(runtime), color=WASTE, alpha=0.08, lw=0)
+    ax.fill_between(xs, list(real), list(runtime), color=_WASTE, alpha=0.08, lw=0)
     labels = [str(w) for w in weeks]
     iso = all(len(w) == 8 and w[4:6] == "-W" for w in labels)
     if iso:  # ISO weeks: "W07" is enough on an axis
@@ -366,7 +366,7 @@ def weekly_trend(weeks: Sequence[str], runtime: Sequence[float], real: Sequence[
     ax.set_xlabel("ISO week" if labels and labels[0].startswith("W") else "week")
     ax.set_ylim(0, 1)
     _pct_axis(ax.yaxis)
-    ax.grid(axis="y", color=GRID, lw=0.6)
+    ax.grid(axis="y", color=_GRID, lw=0.6)
     _legend(ax, ncols=2, frameon=False, loc="upper left")
     _title(ax, "Weekly trend")
     return _svg(fig, ctx, "Weekly trend")
@@ -420,7 +420,7 @@ def demand_duration(
     ax.fill_between(xs, ys, step="pre", color=REAL, alpha=0.12, lw=0)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=5 if _is_narrow() else 10, integer=True))  # GPUs are counts
     if n_owned is not None:
-        ax.axvline(n_owned, color=ONPREM, lw=1.5, ls="--")
+        ax.axvline(n_owned, color=_ONPREM, lw=1.5, ls="--")
         # Near the right edge the words go to the line's left, or they run past the chart.
         right = n_owned > 0.6 * max([*gpus, fleet or 0.0, 1.0])
         words = f"hybrid owns N = {n_owned:,.0f}"
@@ -428,20 +428,20 @@ def demand_duration(
             n_owned,
             1.02,
             f"{words} " if right else f" {words}",
-            color=ONPREM,
+            color=_ONPREM,
             va="bottom",
             ha="right" if right else "left",
             fontweight="bold",
         )
     if fleet is not None:
         ax.axvline(fleet, color=BELIEVED, lw=1, ls=":")
-        ax.text(fleet, 0.5, f" fleet {fleet:,.0f}", color=INK, rotation=90, va="center", fontsize=8)
+        ax.text(fleet, 0.5, f" fleet {fleet:,.0f}", color=_INK, rotation=90, va="center", fontsize=8)
     ax.set_ylim(0, 1.1)
     ax.set_xlim(left=0)
     _pct_axis(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("share of time ≥ x")
-    ax.grid(color=GRID, lw=0.6)
+    ax.grid(color=_GRID, lw=0.6)
     _title(ax, "Demand: how often the fleet needed at least x GPUs")
     return _svg(fig, ctx, "Demand duration curve")
 
@@ -459,39 +459,39 @@ def break_even_curve(
     fig, ctx = _figure(2.8, "breakeven", 3.2)
     ax = fig.add_subplot()
     ax.plot(list(utilization), list(cloud_cost), color=CLOUD, lw=2, label="cloud")
-    ax.plot(list(utilization), list(onprem_cost), color=ONPREM, lw=2, label="on-prem")
+    ax.plot(list(utilization), list(onprem_cost), color=_ONPREM, lw=2, label="on-prem")
     if break_even_util is not None:
-        _mark(ax, break_even_util, 0.98, f" break-even {break_even_util * 100:.0f} %", INK, lw=1, ls="--")
-    _mark(ax, today_util, 0.85, f" today {today_util * 100:.1f} %", TODAY, lw=2, bold=True)
+        _mark(ax, break_even_util, 0.98, f" break-even {break_even_util * 100:.0f} %", _INK, lw=1, ls="--")
+    _mark(ax, today_util, 0.85, f" today {today_util * 100:.1f} %", _TODAY, lw=2, bold=True)
     ax.set_xlim(0, 1)
     _pct_axis(ax.xaxis)
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_formatter(_money_formatter())
     ax.set_xlabel(x_label)
     ax.set_ylabel(unit)
-    ax.grid(color=GRID, lw=0.6)
+    ax.grid(color=_GRID, lw=0.6)
     _legend(ax, ncols=1, narrow_cols=2, frameon=False, loc="lower right")
     _title(ax, f"Break-even: cost against {x_label}")
     return _svg(fig, ctx, "Break-even curve")
 
 
-def cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | None, unit: str) -> str:
+def _cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | None, unit: str) -> str:
     """Hybrid total cost for each owned GPU count, the minimum N* marked."""
     fig, ctx = _figure(2.4, "hybrid-curve", 2.9)
     ax = fig.add_subplot()
     ax.plot(list(owned), list(total), color=REAL, lw=2)
     if n_star is not None:
-        _mark(ax, n_star, 0.98, f" N* = {n_star:,.0f}", ONPREM, lw=1.5, ls="--", bold=True)
+        _mark(ax, n_star, 0.98, f" N* = {n_star:,.0f}", _ONPREM, lw=1.5, ls="--", bold=True)
     ax.set_xlim(left=0)
     ax.yaxis.set_major_formatter(_money_formatter())
     ax.set_xlabel("GPUs owned (N)")
     ax.set_ylabel(unit)
-    ax.grid(color=GRID, lw=0.6)
+    ax.grid(color=_GRID, lw=0.6)
     _title(ax, "Hybrid: total cost by number of GPUs owned")
     return _svg(fig, ctx, "Hybrid cost curve")
 
 
-def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int | None, unit: str) -> str:
+def _cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int | None, unit: str) -> str:
     """Total cost of each scenario over the horizon; the recommended one highlighted."""
     n = max(len(names), 1)
     fig, ctx = _figure(0.9 + 0.32 * n, "costs", 1.2 + 0.42 * n)
@@ -502,7 +502,7 @@ def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int
     ax.set_yticks(ys, [_short(str(n), 34) for n in names])
     top = max(totals, default=0) or 1
     for y, v in zip(ys, totals, strict=True):
-        ax.text(v + top * 0.01, y, _money(v), va="center", color=INK, fontsize=8)
+        ax.text(v + top * 0.01, y, _money(v), va="center", color=_INK, fontsize=8)
     ax.set_xlim(0, top * (1.45 if _is_narrow() else 1.2))
     ax.xaxis.set_major_formatter(_money_formatter())
     if _is_narrow():
@@ -510,7 +510,7 @@ def cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: int
 
         ax.xaxis.set_major_locator(MaxNLocator(3))
     ax.set_xlabel(unit)
-    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.grid(axis="x", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
     _title(ax, "Total cost per scenario")
     return _svg(fig, ctx, "Cost per scenario")
@@ -545,12 +545,12 @@ def _tornado(
     ys = list(range(len(order)))
     for y, i in zip(ys, order, strict=True):
         lo, hi = low[i], high[i]
-        ax.barh(y, lo - base, left=base, color=ONPREM, height=0.6)
+        ax.barh(y, lo - base, left=base, color=_ONPREM, height=0.6)
         ax.barh(y, hi - base, left=base, color=CLOUD, height=0.6)
-    ax.axvline(base, color=INK, lw=1)
+    ax.axvline(base, color=_INK, lw=1)
     lo_x, hi_x = min([base, *low, *high]), max([base, *low, *high])
     if lo_x <= 0 <= hi_x:  # where the two options cost the same
-        ax.axvline(0, color=TODAY, lw=1, ls="--")
+        ax.axvline(0, color=_TODAY, lw=1, ls="--")
         # In a lane of its own below the lowest bar: over the axes it sat on the title, beside a bar on the bar.
         ax.set_ylim(-1.2, len(order) - 0.5)
         right = 0 - lo_x > (hi_x - lo_x) / 2  # the line is in the right half: the words go to its left
@@ -558,7 +558,7 @@ def _tornado(
             0,
             -0.85,
             "equal cost " if right else " equal cost",
-            color=TODAY,
+            color=_TODAY,
             va="center",
             ha="right" if right else "left",
             fontsize=8,
@@ -572,7 +572,7 @@ def _tornado(
     # On a phone's chart the label is centred under axes ~2.2 in wide (the bar labels take the rest): 30
     # characters of 9 pt fit; 44 ran past the figure's right edge.
     ax.set_xlabel(textwrap.fill(unit, 30) if _is_narrow() else unit)
-    ax.grid(axis="x", color=GRID, lw=0.6)
+    ax.grid(axis="x", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
     from matplotlib.patches import Patch
 
@@ -580,7 +580,7 @@ def _tornado(
         ax,
         ncols=1,
         narrow_cols=2,
-        handles=[Patch(color=ONPREM, label=legend[0]), Patch(color=CLOUD, label=legend[1])],
+        handles=[Patch(color=_ONPREM, label=legend[0]), Patch(color=CLOUD, label=legend[1])],
         frameon=False,
         loc="lower right",
         fontsize=8,
@@ -665,7 +665,7 @@ _DRAW: dict[ChartKind, Callable[[ChartSpec], str]] = {
         _one(s, "busy"),
         _one(s, "allocated"),
     ),
-    "ledger": lambda s: ledger_weekly(s.labels, {x.key: _series(s, x.key) for x in s.series}),
+    "ledger": lambda s: _ledger_weekly(s.labels, {x.key: _series(s, x.key) for x in s.series}),
     "ranked-bars": lambda s: top_bars(s.labels, _series(s, "value"), s.title, s.unit),
     "heatmap": lambda s: hour_of_week_heatmap([x.values for x in s.series], s.title),
     "trend": lambda s: weekly_trend(s.labels, _series(s, "runtime"), _series(s, "real")),
@@ -681,7 +681,7 @@ _DRAW: dict[ChartKind, Callable[[ChartSpec], str]] = {
         s.unit,
         s.x_label,
     ),
-    "cost-curve": lambda s: cost_curve(s.x, _series(s, "total"), s.threshold("n-star"), s.unit),
-    "scenarios": lambda s: cost_scenarios(s.labels, _series(s, "total"), s.highlight, s.unit),
+    "cost-curve": lambda s: _cost_curve(s.x, _series(s, "total"), s.threshold("n-star"), s.unit),
+    "scenarios": lambda s: _cost_scenarios(s.labels, _series(s, "total"), s.highlight, s.unit),
     "tornado": _draw_tornado,
 }

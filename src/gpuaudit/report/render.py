@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from gpuaudit.report.chartpool import ChartPool
 from gpuaudit.util.textsafe import visible
 
-HTML_TEMPLATE = "report.html.j2"
-MD_TEMPLATE = "report.md.j2"
+_HTML_TEMPLATE = "report.html.j2"
+_MD_TEMPLATE = "report.md.j2"
 CHART_DIR = "charts"
 
 
@@ -124,7 +124,7 @@ def render_html(report: Report, drawn: dict[str, DrawnChart] | None = None) -> s
         # text would be ~5 px there.
         if d.narrow is not None:
             narrow[c.name] = Markup(inline(d.narrow, c.title, prefix=f"chart-{c.name}-n", css_class="narrow"))
-    return _html_env().get_template(HTML_TEMPLATE).render(report=report, svgs=svgs, narrow=narrow)
+    return _html_env().get_template(_HTML_TEMPLATE).render(report=report, svgs=svgs, narrow=narrow)
 
 
 def chart_files(report: Report) -> dict[str, str]:
@@ -133,5 +133,5 @@ def chart_files(report: Report) -> dict[str, str]:
 
 
 def render_markdown(report: Report) -> str:
-    text = _md_env().get_template(MD_TEMPLATE).render(report=report, chart_files=chart_files(report))
+    text = _md_env().get_template(_MD_TEMPLATE).render(report=report, chart_files=chart_files(report))
     return re.sub(r"\n{3,}", "\n\n", text)

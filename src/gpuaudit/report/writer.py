@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gpuaudit.report.chartpool import ChartPool
 
 FORMATS = ("html", "md", "json")
-FILE_NAMES = {"html": "report.html", "md": "report.md", "json": "report.json"}
+_FILE_NAMES = {"html": "report.html", "md": "report.md", "json": "report.json"}
 
 
 @dataclass
@@ -111,7 +111,7 @@ def write_report(
         drawn = render.draw_charts(written.report, narrow="html" in formats, progress=step, pool=pool)
     if "html" in formats:
         step("rendering report.html")
-        written.files["html"] = out / FILE_NAMES["html"]
+        written.files["html"] = out / _FILE_NAMES["html"]
         files.append((written.files["html"], render.render_html(written.report, drawn)))
     if "md" in formats:
         step("rendering report.md and charts")
@@ -119,11 +119,11 @@ def write_report(
             path = out / render.CHART_DIR / f"{chart.name}.svg"
             files.append((path, drawn[chart.name].wide))
             written.charts.append(path)
-        written.files["md"] = out / FILE_NAMES["md"]
+        written.files["md"] = out / _FILE_NAMES["md"]
         files.append((written.files["md"], render.render_markdown(written.report)))
     if "json" in formats:
         step("rendering report.json")
-        written.files["json"] = out / FILE_NAMES["json"]
+        written.files["json"] = out / _FILE_NAMES["json"]
         # Compact: Python's C JSON encoder runs only without indent (measured 0.5 s saved at 100 M rows);
         # `gpuaudit analyze --json` prints the same object indented for people. Never NaN / Infinity tokens,
         # never a raw control or bidi character (JSON escapes: the data round-trips).
@@ -134,18 +134,18 @@ def write_report(
         written.files[path.name] = path
         files.append((path, text))
     step("writing the report files")
-    write_files(out, files, stale_files(out, formats, written.charts))
+    write_files(out, files, _stale_files(out, formats, written.charts))
     return written
 
 
-def stale_files(out: Path, formats: Iterable[str], charts: Iterable[Path]) -> list[Path]:
+def _stale_files(out: Path, formats: Iterable[str], charts: Iterable[Path]) -> list[Path]:
     """What an earlier report left in `out` that this one does not rewrite: the files of the formats not
     asked for now (a report.md from last week beside today's report.html would contradict it), and chart SVGs
     this report does not draw. Only gpuaudit's own names: nothing else in `out` is touched."""
     from gpuaudit.report.render import CHART_DIR
 
     wanted = set(formats)
-    out_files = [out / FILE_NAMES[f] for f in FORMATS if f not in wanted]
+    out_files = [out / _FILE_NAMES[f] for f in FORMATS if f not in wanted]
     drawn = set(charts)
     old_charts = sorted((out / CHART_DIR).glob("*.svg")) if (out / CHART_DIR).is_dir() else []
     return [p for p in out_files if p.is_file()] + [p for p in old_charts if p not in drawn]

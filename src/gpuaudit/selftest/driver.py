@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuaudit.errors import GpuauditError
 
-LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
+_LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 
 # cuda.h: CUdevice_attribute.
 ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 8
@@ -26,7 +26,7 @@ ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 ATTR_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 
 # cuda.h CUresult codes the load can meet, with what to do about them (cuGetErrorName names the rest).
-CUDA_ERRORS: dict[int, tuple[str, str]] = {
+_CUDA_ERRORS: dict[int, tuple[str, str]] = {
     1: ("CUDA_ERROR_INVALID_VALUE", ""),
     2: ("CUDA_ERROR_OUT_OF_MEMORY", "the GPU has no memory left for a context: free it or pick another GPU"),
     3: ("CUDA_ERROR_NOT_INITIALIZED", ""),
@@ -56,7 +56,7 @@ CUDA_ERRORS: dict[int, tuple[str, str]] = {
     999: ("CUDA_ERROR_UNKNOWN", ""),
 }
 
-HINT_LIBCUDA = ("libcuda.so.1 comes with the NVIDIA driver: install the driver, or in a container run with the "
+_HINT_LIBCUDA = ("libcuda.so.1 comes with the NVIDIA driver: install the driver, or in a container run with the "
                 "NVIDIA container toolkit (--gpus / the nvidia runtime class), which mounts it")
 
 
@@ -68,7 +68,7 @@ class CudaError(GpuauditError):
     """A driver API call failed: the call, the CUresult's name and what to do about it, in one line."""
 
     def __init__(self, fn: str, code: int, name: str | None = None, text: str | None = None) -> None:
-        known, hint = CUDA_ERRORS.get(code, (None, ""))
+        known, hint = _CUDA_ERRORS.get(code, (None, ""))
         self.fn, self.code, self.name = fn, code, name or known or f"CUresult {code}"
         detail = f": {text}" if text and text != self.name else ""
         super().__init__(f"{fn} failed with {self.name}{detail}" + (f"; {hint}" if hint else ""))
@@ -78,14 +78,14 @@ def load_library(names: Sequence[str] | None = None, loader: Callable[[str], Any
     """The first of `names` that loads (default: $GPUAUDIT_LIBCUDA, else libcuda.so.1 on the library path);
     none: CudaUnavailable with the hint."""
     if names is None:
-        names = (os.environ["GPUAUDIT_LIBCUDA"],) if os.environ.get("GPUAUDIT_LIBCUDA") else LIBCUDA_NAMES
+        names = (os.environ["GPUAUDIT_LIBCUDA"],) if os.environ.get("GPUAUDIT_LIBCUDA") else _LIBCUDA_NAMES
     errors = []
     for name in names:
         try:
             return loader(name)
         except OSError as e:
             errors.append(str(e).splitlines()[0] if str(e) else name)
-    raise CudaUnavailable(f"the CUDA driver library cannot be loaded ({'; '.join(errors)}); {HINT_LIBCUDA}")
+    raise CudaUnavailable(f"the CUDA driver library cannot be loaded ({'; '.join(errors)}); {_HINT_LIBCUDA}")
 
 
 class CUuuid(ctypes.Structure):
@@ -95,7 +95,7 @@ class CUuuid(ctypes.Structure):
 _P = ctypes.POINTER
 _VOIDP, _INT, _UINT = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
 # The prototypes of the driver functions the load calls (cuda.h); argtypes keep 64-bit handles intact.
-PROTOTYPES: dict[str, list[Any]] = {
+_PROTOTYPES: dict[str, list[Any]] = {
     "cuInit": [_UINT],
     "cuDriverGetVersion": [_P(_INT)],
     "cuDeviceGetCount": [_P(_INT)],
@@ -139,7 +139,7 @@ class Driver:
             except AttributeError:
                 raise CudaError(fn, 999, "symbol not found", "this libcuda is too old for the selftest") from None
             with contextlib.suppress(AttributeError, TypeError):  # a Python stand-in takes no prototype
-                f.argtypes = PROTOTYPES[fn]
+                f.argtypes = _PROTOTYPES[fn]
                 f.restype = ctypes.c_int
             self._fns[fn] = f
         return f

@@ -43,8 +43,8 @@ THREADS_PER_BLOCK = 32  # one warp: an SM counts as active while one warp is res
 
 # cuda.h: CUfunction_attribute, CUjit_option.
 FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-JIT_ERROR_LOG_BUFFER = 5
-JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
+_JIT_ERROR_LOG_BUFFER = 5
+_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
 
 # knows gets the newest entry below it: the driver JIT-compiles PTX forward to any later architecture.
 PTX_TARGETS: tuple[tuple[tuple[int, int], str, str], ...] = (
@@ -170,7 +170,7 @@ class SpinKernel:
 
     def _load_module(self, ptx: str) -> None:
         log = ctypes.create_string_buffer(8192)
-        options = (ctypes.c_int * 2)(JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+        options = (ctypes.c_int * 2)(_JIT_ERROR_LOG_BUFFER, _JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
         values = (ctypes.c_void_p * 2)(ctypes.cast(log, ctypes.c_void_p), ctypes.c_void_p(len(log)))
         try:
             self.driver.call("cuModuleLoadDataEx", ctypes.byref(self._module), ptx.encode() + b"\0", 2, options,

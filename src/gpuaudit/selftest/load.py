@@ -30,7 +30,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.selftest.driver import load_library
 from gpuaudit.selftest.kernel import THREADS_PER_BLOCK, SpinKernel, build_kernel, run_pattern
 
-MODULE = "gpuaudit.selftest"  # what `python -m` runs: the package's __main__, this module's child_main
+_MODULE = "gpuaudit.selftest"  # what `python -m` runs: the package's __main__, this module's child_main
 
 
 def identity() -> dict[str, Any]:
@@ -85,7 +85,7 @@ def _die_with_parent() -> None:
 
 
 def child_main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}")
+    ap = argparse.ArgumentParser(prog=f"python -m {_MODULE}")
     ap.add_argument("--backend", choices=("auto", "driver", "torch", "simulated"), default="auto")
     ap.add_argument("--period-s", type=float, default=0.1)
     ap.add_argument("--sm-count", type=int, default=132, help="simulated backend: the SMs it reports")
@@ -144,7 +144,7 @@ class LoadProcess:
         env = dict(os.environ)
         if cuda_device:  # the GPU by UUID (GPU-... or MIG-...): CUDA's ordinal 0 is then that GPU
             env["CUDA_VISIBLE_DEVICES"] = cuda_device
-        argv = [sys.executable, "-m", MODULE, "--backend", backend, "--period-s", str(period_s),
+        argv = [sys.executable, "-m", _MODULE, "--backend", backend, "--period-s", str(period_s),
                 *(["--expect-uuid", cuda_device] if cuda_device else []), *extra_args]
         # stderr to a file, not a pipe nobody reads while the load runs (a full pipe would block it)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in kill(), it outlives this call)

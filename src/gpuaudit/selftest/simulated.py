@@ -19,9 +19,9 @@ from gpuaudit.selftest.load import LoadProcess
 from gpuaudit.selftest.steps import Environment, Load, SelftestConfig, Target
 from gpuaudit.sim import fakenvml
 
-SIMULATED_FAULTS = ("busy", "no-libcuda", "miscalibrated", "foreign-pid")
+_SIMULATED_FAULTS = ("busy", "no-libcuda", "miscalibrated", "foreign-pid")
 # SMs of the simulated boards (a MIG instance gets its share); the load reports them as CUDA would.
-SIMULATED_SMS = {"H100": 132, "H200": 132, "A100": 108, "L4": 58}
+_SIMULATED_SMS = {"H100": 132, "H200": 132, "A100": 108, "L4": 58}
 
 
 @dataclass
@@ -125,8 +125,8 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
     must catch: busy (someone else's work on the GPU), no-libcuda, miscalibrated (GPM reads 0.1 high),
     foreign-pid (NVML lists the load under a pid this process cannot see). `load_backend="driver"` runs the
     real ctypes load against whatever libcuda $GPUAUDIT_LIBCUDA names (the tests' stand-in)."""
-    if fault is not None and fault not in SIMULATED_FAULTS:
-        raise GpuauditError(f"unknown --simulate-fault {fault!r}; expected one of {', '.join(SIMULATED_FAULTS)}")
+    if fault is not None and fault not in _SIMULATED_FAULTS:
+        raise GpuauditError(f"unknown --simulate-fault {fault!r}; expected one of {', '.join(_SIMULATED_FAULTS)}")
     if not 1 <= n_gpus <= 64:
         raise GpuauditError(f"--simulate-gpus must be between 1 and 64, got {n_gpus}")
     try:
@@ -145,7 +145,7 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
     fake = fakenvml.FakeNvml(prof, pattern, clock=clock, resolution_s=config.period_s / 4, uuid_seed=host)
 
     def start(t: Target, c: SelftestConfig) -> Load:
-        whole = next((n for key, n in SIMULATED_SMS.items() if key in (t.unit.gpu_name or "")), 132)
+        whole = next((n for key, n in _SIMULATED_SMS.items() if key in (t.unit.gpu_name or "")), 132)
         sms = max(round(whole * t.unit.gpu_fraction), 1)
         pattern.unit, pattern.sm_count = t.unit.handle.unit, sms
         extra = ["--sm-count", str(sms), *(["--fail", "no-libcuda"] if fault == "no-libcuda" else [])]

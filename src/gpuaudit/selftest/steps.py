@@ -30,10 +30,10 @@ from gpuaudit.errors import GpuauditError
 
 SM_TOLERANCE = 0.05  # absolute, on the 0-1 fraction (the bound)
 DUTY_TOLERANCE = 0.10  # absolute: NVML's utilization samples cover 1/6 s to 1 s windows, coarser than GPM
-DUTIES = (1.0, 0.5, 0.25)
-BUSY_SM = 0.02  # an idle GPU reads at most this SM activity / duty cycle before the load starts
-BUSY_DUTY = 0.05
-HOLD_DUTY = 0.5
+_DUTIES = (1.0, 0.5, 0.25)
+_BUSY_SM = 0.02  # an idle GPU reads at most this SM activity / duty cycle before the load starts
+_BUSY_DUTY = 0.05
+_HOLD_DUTY = 0.5
 
 
 class Interrupted(GpuauditError):
@@ -52,7 +52,7 @@ def schedule(sm_count: int) -> list[Step]:
     for k in (sm_count, sm_count // 2, 1):
         if k >= 1 and k not in ks:
             ks.append(k)
-    return [Step(k, d) for k in ks for d in DUTIES]
+    return [Step(k, d) for k in ks for d in _DUTIES]
 
 
 def expected_sm_active(step: Step, sm_count: int) -> float:
@@ -277,9 +277,9 @@ class _Run:
         if pids:
             who = ", ".join(f"{p['pid']} ({p.get('user') or '?'})" for p in {p["pid"]: p for p in procs}.values())
             busy.append(f"processes {who}")
-        if sm is not None and sm > BUSY_SM:
+        if sm is not None and sm > _BUSY_SM:
             busy.append(f"SM activity {sm:.3f}")
-        if duty is not None and duty > BUSY_DUTY:
+        if duty is not None and duty > _BUSY_DUTY:
             busy.append(f"duty cycle {duty:.2f}")
         if busy and not self.config.force:
             raise GpuauditError(f"{t.description} is busy with other work ({'; '.join(busy)}): a foreign load breaks "
@@ -384,12 +384,12 @@ def hold(config: SelftestConfig, env: Environment, seconds: float, *,
         sm_count = int(load.info["sm_count"])
         k = sm_count
         info = {"event": "running", "simulated": env.simulated, "device": _device(t, r, load),
-                "load": _load_info(load, config), "k": k, "d": HOLD_DUTY,
-                "expected_sm_active": expected_sm_active(Step(k, HOLD_DUTY), sm_count),
-                "expected_duty_cycle": HOLD_DUTY, "seconds": seconds,
+                "load": _load_info(load, config), "k": k, "d": _HOLD_DUTY,
+                "expected_sm_active": expected_sm_active(Step(k, _HOLD_DUTY), sm_count),
+                "expected_duty_cycle": _HOLD_DUTY, "seconds": seconds,
                 "expected_process": expected_attribution(load.info),
                 "started": datetime.now(UTC).isoformat()}
-        load.run(k, HOLD_DUTY)
+        load.run(k, _HOLD_DUTY)
         if on_running:
             on_running(info)
         end = env.clock() + seconds

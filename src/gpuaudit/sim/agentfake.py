@@ -13,7 +13,7 @@ from typing import Any
 from gpuaudit.errors import GpuauditError
 from gpuaudit.sim import fakenvml
 
-STATIC = "static"
+_STATIC = "static"
 # --simulate-gpus: a node holds a handful of GPUs; 1024 simulated ones sample in under a second a pass, while
 # 100,000 took minutes and gigabytes before the first flush.
 MAX_GPUS = 1024
@@ -30,10 +30,10 @@ def static_load(n_units: int) -> fakenvml.LoadFn:
     return lambda t: loads
 
 
-def scenario_names() -> list[str]:
+def _scenario_names() -> list[str]:
     from gpuaudit.sim.workload import SCENARIOS
 
-    return [*SCENARIOS, STATIC]
+    return [*SCENARIOS, _STATIC]
 
 
 def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: int = 0,
@@ -47,14 +47,14 @@ def build_fake(scenario: str, *, n_gpus: int = 8, hardware: str = "h100", seed: 
         raise GpuauditError(str(e)) from None
     n_units = sum(len(g.mig or [None]) for g in prof.gpus)
     resolution_s = min(1.0, interval_s / 2)
-    if scenario == STATIC:
+    if scenario == _STATIC:
         load = static_load(n_units)
     else:
         from gpuaudit.sim.loadmodel import load_model
         from gpuaudit.sim.workload import SCENARIOS
 
         if scenario not in SCENARIOS:
-            raise GpuauditError(f"unknown scenario {scenario!r}; known: {', '.join(scenario_names())}")
+            raise GpuauditError(f"unknown scenario {scenario!r}; known: {', '.join(_scenario_names())}")
         if n_units == 0:
             load = static_load(0)
         else:

@@ -117,10 +117,10 @@ def profile(name: str, n_gpus: int = 8) -> Profile:
         return Profile(_h100(n_gpus), init_error="LibRmVersionMismatch")
     if name == "driver-reload":  # the driver goes away for 2 s after 2 s
         return Profile(_h100(n_gpus), faults=[Fault("Uninitialized", start_s=2.0, end_s=4.0)])
-    raise ValueError(f"unknown fake NVML profile {name!r}; expected one of {', '.join(PROFILES)}")
+    raise ValueError(f"unknown fake NVML profile {name!r}; expected one of {', '.join(_PROFILES)}")
 
 
-PROFILES = ("h100", "h200", "pre-hopper", "not-supported", "gpu-lost", "mig", "zero-devices",
+_PROFILES = ("h100", "h200", "pre-hopper", "not-supported", "gpu-lost", "mig", "zero-devices",
             "library-missing", "driver-mismatch", "driver-reload")
 
 
@@ -383,7 +383,7 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
         self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
-        units = [self._unit(handle)] if handle.mig_pos is not None or not self._spec(handle).mig \
+        units = [self._unit(handle)] if handle.mig_pos is not None or not self._spec(handle).mig\
             else self._parent_unit(handle)
         return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.mem_used_bytes, gpuInstanceId=handle.gi_id or 0,
                                 computeInstanceId=0) for u in units for p in u.load.processes]

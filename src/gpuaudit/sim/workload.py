@@ -54,7 +54,7 @@ class GpuModel:
     gpm: bool = True  # NVML GPM metrics (Hopper and later); without them the agent measures the duty cycle only
 
 
-H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, "h100", tdp_w=700.0, idle_power_w=70.0,
+_H100_SXM = GpuModel("NVIDIA H100 80GB HBM3", 81559 * MIB, "h100", tdp_w=700.0, idle_power_w=70.0,
                     held_idle_power_w=105.0, min_power_w=50.0)
 T4 = GpuModel("Tesla T4", 15360 * MIB, "t4", tdp_w=70.0, idle_power_w=10.0, held_idle_power_w=27.0,
               min_power_w=8.0, gpm=False)  # Turing: 70 W board, 16 GB GDDR6 (nvidia-smi: 15360 MiB)
@@ -129,7 +129,7 @@ class WorkloadScenario:
     serving: ServingProfile | None = None
     parts: tuple[tuple[str, float], ...] = ()  # mixed: (scenario, share of hosts)
     tolerance: float = 0.04  # how far a small fleet's measured R/W and S/W may stray from the truth
-    gpu: GpuModel = H100_SXM  # a mixed fleet's hosts carry their part's
+    gpu: GpuModel = _H100_SXM  # a mixed fleet's hosts carry their part's
 
     @property
     def description(self) -> str:
@@ -148,7 +148,7 @@ INTERACTIVE_CMDS = (
     "python -i sweep.py",
 )
 
-PHANTOM = WorkloadScenario(
+_PHANTOM = WorkloadScenario(
     name="phantom",
     title="Runtime hours ~60 %, real SM activity ~23 %",
     truth=GroundTruth(
@@ -181,7 +181,7 @@ PHANTOM = WorkloadScenario(
     ),
 )
 
-IDLE_CLUSTER = WorkloadScenario(
+_IDLE_CLUSTER = WorkloadScenario(
     name="idle-cluster",
     title="16 nodes × 8 GPUs bought for a pipeline that uses ~12 %",
     truth=GroundTruth(
@@ -217,7 +217,7 @@ IDLE_CLUSTER = WorkloadScenario(
     ),
 )
 
-STEADY_TRAINING = WorkloadScenario(
+_STEADY_TRAINING = WorkloadScenario(
     name="steady-training",
     title="The same model family trained 24/7: ~95 % real utilization",
     truth=GroundTruth(
@@ -250,7 +250,7 @@ STEADY_TRAINING = WorkloadScenario(
     tolerance=0.02,
 )
 
-BURSTY_AGENTS = WorkloadScenario(
+_BURSTY_AGENTS = WorkloadScenario(
     name="bursty-agents",
     title="Coding-agent inference that jumps between ~20 and ~200 GPUs within minutes",
     truth=GroundTruth(
@@ -277,7 +277,7 @@ BURSTY_AGENTS = WorkloadScenario(
     ),
 )
 
-MIXED = WorkloadScenario(
+_MIXED = WorkloadScenario(
     name="mixed",
     title="A shared fleet: steady training, research jobs, bursty inference and idle nodes",
     truth=GroundTruth(
@@ -294,7 +294,7 @@ MIXED = WorkloadScenario(
 )
 
 # The two parts of MIXED_MODELS (building blocks, not scenarios of their own).
-H100_TRAINING = WorkloadScenario(
+_H100_TRAINING = WorkloadScenario(
     name="h100-training",
     title="8 H100 SXM training around the clock at ~70 % SM activity",
     truth=GroundTruth(
@@ -326,7 +326,7 @@ H100_TRAINING = WorkloadScenario(
     tolerance=0.02,
 )
 
-T4_INFERENCE = WorkloadScenario(
+_T4_INFERENCE = WorkloadScenario(
     name="t4-inference",
     title="32 T4 serving batch inference ~15 % of the hours at ~30 % SM activity",
     truth=GroundTruth(
@@ -359,7 +359,7 @@ T4_INFERENCE = WorkloadScenario(
     gpu=T4,
 )
 
-MIXED_MODELS = WorkloadScenario(
+_MIXED_MODELS = WorkloadScenario(
     name="mixed-models",
     title="Two GPU models: 8 H100 training around the clock beside 32 T4 mostly idle",
     truth=GroundTruth(
@@ -375,9 +375,9 @@ MIXED_MODELS = WorkloadScenario(
 )
 
 SCENARIOS: dict[str, WorkloadScenario] = {
-    s.name: s for s in (PHANTOM, IDLE_CLUSTER, STEADY_TRAINING, BURSTY_AGENTS, MIXED, MIXED_MODELS)
+    s.name: s for s in (_PHANTOM, _IDLE_CLUSTER, _STEADY_TRAINING, _BURSTY_AGENTS, _MIXED, _MIXED_MODELS)
 }
-_PARTS: dict[str, WorkloadScenario] = {s.name: s for s in (H100_TRAINING, T4_INFERENCE)}
+_PARTS: dict[str, WorkloadScenario] = {s.name: s for s in (_H100_TRAINING, _T4_INFERENCE)}
 
 
 def get_scenario(name: str) -> WorkloadScenario:

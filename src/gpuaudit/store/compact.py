@@ -58,10 +58,10 @@ class CompactStats:
 
 # A compaction step, for tests that interleave readers with every one: (step, path) with step "record" (the
 # record is published), "merged" (the merged file is), "removed" (the replaced files are deleted) or "kept".
-StepHook = Callable[[str, Path], None]
+_StepHook = Callable[[str, Path], None]
 
 
-def remove_replaced(root: Path, files: Sequence[Path], on_step: StepHook | None = None) -> bool:
+def _remove_replaced(root: Path, files: Sequence[Path], on_step: _StepHook | None = None) -> bool:
     """Delete files a published compaction record replaces (readers already hide them) when no reader has the
     dataset open (readers.unread); else keep them for the next compaction. Returns whether they were deleted."""
     with readers.unread(root) as free:
@@ -76,7 +76,7 @@ def remove_replaced(root: Path, files: Sequence[Path], on_step: StepHook | None 
     return free
 
 
-def finish_journals(part_dir: Path, on_step: StepHook | None = None) -> int:
+def finish_journals(part_dir: Path, on_step: _StepHook | None = None) -> int:
     """Complete (or discard) compactions interrupted by a crash, and remove the replaced files an earlier one
     kept for its readers. A finished compaction's record stays: it is what `gpuaudit push` ships so that a
     collection target that already holds the old files hides them."""
@@ -94,7 +94,7 @@ def finish_journals(part_dir: Path, on_step: StepHook | None = None) -> int:
             olds = [part_dir / name for name in entry["old"]]
             if entry["new"] in present or entry["new"] in hidden:
                 left = [f for f in olds if f.name in present]
-                if left and remove_replaced(root, left, on_step):
+                if left and _remove_replaced(root, left, on_step):
                     n += 1
                 continue
             if not any(f.name in present for f in olds):
@@ -132,7 +132,7 @@ def compaction_lock(root: Path | str, *, wait: bool = True) -> Iterator[None]:
         locks.close(fd)
 
 
-def check_date(date: str) -> None:
+def _check_date(date: str) -> None:
     """A partition date is a real calendar day written YYYY-MM-DD (it becomes a directory glob: `2026-13-45` or
     `2026-*` would otherwise match nothing, or too much, without a word)."""
     try:
@@ -150,7 +150,7 @@ def compact(
     host: str | None = None,
     date: str | None = None,
     wait: bool = True,
-    on_step: StepHook | None = None,
+    on_step: _StepHook | None = None,
 ) -> CompactStats:
     """Merge each partition's files into one. Crash-safe: the merged file is published under a journal
     naming the files it replaces, so readers hide those until they are deleted; rows never appear twice
@@ -159,7 +159,7 @@ def compact(
     files are deleted at once unless a reader has the dataset open (they then stay, hidden, until a later
     compaction: readers.py); `on_step` is called after each step (StepHook)."""
     if date is not None:
-        check_date(date)
+        _check_date(date)
     root = local_root(root)
     if (root / PUSH_TARGET).exists():
         raise GpuauditError(f"{root} is a collection target written by `gpuaudit push`: compact the data on the nodes "
@@ -171,7 +171,7 @@ def compact(
         return _compact(root, table, host, date, on_step)
 
 
-def _compact(root: Path, table: str | None, host: str | None, date: str | None, on_step: StepHook | None
+def _compact(root: Path, table: str | None, host: str | None, date: str | None, on_step: _StepHook | None
              ) -> CompactStats:
     tables = [table] if table else list(schema.COMPACTED_TABLES)
     stats = CompactStats()
@@ -210,7 +210,7 @@ def _compact(root: Path, table: str | None, host: str | None, date: str | None, 
 
 
 def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path], stats: CompactStats,
-                       on_step: StepHook | None) -> tuple[Path | None, list[Path]]:
+                       on_step: _StepHook | None) -> tuple[Path | None, list[Path]]:
     """(the merged file, the files it replaces), or (None, []) when there was nothing to merge."""
     con = connect()
     staged = staging_dir(root) / f"{uuid.uuid4().hex}.parquet"
@@ -248,7 +248,7 @@ def _compact_partition(root: Path, table: str, part_dir: Path, files: list[Path]
         publish(staged, final)
         if on_step:
             on_step("merged", final)
-        if not remove_replaced(root, files, on_step):
+        if not _remove_replaced(root, files, on_step):
             stats.kept += len(files)
         # The journal stays as the compaction's record (see superseded and push.py); it is tiny.
         fsync(part_dir)

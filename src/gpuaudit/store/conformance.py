@@ -100,7 +100,7 @@ _TEXT_OR_NULL = re.compile(r'VARCHAR|"?NULL"?')  # text is parsed; an all-null c
 _READABLE_AS = {"FLOAT": (_NUMBER, "a number"), "SMALLINT": (_NUMBER, "a number"), "INTEGER": (_NUMBER, "a number"),
                 "BIGINT": (_NUMBER, "a number"), "TIMESTAMPTZ": (_TIME, "a TIMESTAMP or TIMESTAMPTZ")}
 # Above this, a fraction is percent: the row tolerance, and float32's rounding of it.
-PERCENT_ABOVE = 1 + schema.FRACTION_TOLERANCE + 1e-6
+_PERCENT_ABOVE = 1 + schema.FRACTION_TOLERANCE + 1e-6
 
 
 def type_problems(table: str, types: Types | None) -> list[str]:
@@ -159,7 +159,7 @@ def percent_files(con: duckdb.DuckDBPyConnection, table: str, files: Sequence[F]
                 highest.setdefault(f, {})[col] = top
     out: dict[F, str] = {}
     for f, found in highest.items():
-        above = [f"{c} up to {v:g}" for c, v in sorted(found.items()) if math.isfinite(v) and v > PERCENT_ABOVE]
+        above = [f"{c} up to {v:g}" for c, v in sorted(found.items()) if math.isfinite(v) and v > _PERCENT_ABOVE]
         if above:
             out[f] = f"values above 1: percent, not fractions? ({', '.join(above)})"
     return out

@@ -33,10 +33,10 @@ from gpuaudit.util import locks
 
 log = logging.getLogger("gpuaudit.store")
 
-READ_LOCK = ".read.lock"  # shared by open readers; exclusive (never waited for) by a writer about to delete
-PUBLISH_LOCK = ".publish.lock"  # shared by a reader while it lists; exclusive by a writer while it publishes
-LOCK_FILES = (READ_LOCK, PUBLISH_LOCK)
-STABLE_TRIES = 20  # listings of one partition before its last one is taken as it is
+_READ_LOCK = ".read.lock"  # shared by open readers; exclusive (never waited for) by a writer about to delete
+_PUBLISH_LOCK = ".publish.lock"  # shared by a reader while it lists; exclusive by a writer while it publishes
+LOCK_FILES = (_READ_LOCK, _PUBLISH_LOCK)
+_STABLE_TRIES = 20  # listings of one partition before its last one is taken as it is
 
 
 def prepare(root: Path) -> None:
@@ -48,7 +48,7 @@ def prepare(root: Path) -> None:
 def hold(root: Path) -> int | None:
     """A reader's shared lock on `root` while it is open (release with `release`); None where there is none to
     take (no writer has created it yet, or the root is not a local directory)."""
-    fd = locks.open_file(Path(root) / READ_LOCK, create=False)
+    fd = locks.open_file(Path(root) / _READ_LOCK, create=False)
     if fd is None:
         return None
     try:
@@ -67,21 +67,21 @@ def unread(root: Path) -> Iterator[bool]:
     """For a writer about to delete files a compaction record replaced: True when no reader holds `root` open
     (readers then wait for the block to end before they list), False when one does, or the lock cannot be
     created (a read-only root: nobody can be told apart): keep the files."""
-    with locks.held(Path(root) / READ_LOCK, wait_s=0.0) as free:
+    with locks.held(Path(root) / _READ_LOCK, wait_s=0.0) as free:
         yield free
 
 
 @contextlib.contextmanager
 def publishing(root: Path) -> Iterator[None]:
     """A writer's exclusive lock for the moment files appear or disappear in `root` (short: renames and links)."""
-    with locks.held(Path(root) / PUBLISH_LOCK):
+    with locks.held(Path(root) / _PUBLISH_LOCK):
         yield
 
 
 @contextlib.contextmanager
 def listing(root: Path) -> Iterator[None]:
     """A reader's shared lock while it lists `root`: no writer publishes meanwhile (where the lock exists)."""
-    with locks.held(Path(root) / PUBLISH_LOCK, shared=True, create=False):
+    with locks.held(Path(root) / _PUBLISH_LOCK, shared=True, create=False):
         yield
 
 
@@ -89,7 +89,7 @@ def stable_names(part_dir: Path) -> list[str]:
     """The names in `part_dir`, listed until two listings agree: a listing that raced a writer differs from the
     next one (names are never reused), one that did not is the directory as it was."""
     names = sorted(os.listdir(part_dir))
-    for _ in range(STABLE_TRIES):
+    for _ in range(_STABLE_TRIES):
         again = sorted(os.listdir(part_dir))
         if again == names:
             return names

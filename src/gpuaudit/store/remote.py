@@ -29,7 +29,7 @@ _CONFIG = {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts"
 _S3FS_RETRIES = 2  # s3fs' retry loop around each call (its default is 5)
 
 
-def endpoint_from_env() -> str | None:
+def _endpoint_from_env() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
@@ -41,7 +41,7 @@ def filesystem(url: str, *, endpoint_url: str | None = None, cache_listings: boo
         import s3fs
     except ModuleNotFoundError:
         raise GpuauditError(f"{url}: S3 support is not installed: pip install 'gpuaudit[s3]'") from None
-    endpoint = endpoint_url or endpoint_from_env()
+    endpoint = endpoint_url or _endpoint_from_env()
     fs = s3fs.S3FileSystem(
         endpoint_url=endpoint, config_kwargs=_CONFIG, use_listings_cache=cache_listings,
     )

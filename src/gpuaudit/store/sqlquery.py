@@ -50,7 +50,7 @@ _TABLE_FUNCTIONS = frozenset({
 })
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
+def _check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> str:
     """Refuse anything but one query; returns the query whose plan run_query checks (an EXPLAIN's target)."""
     statements = _parse(con, sql)
     if not statements:
@@ -108,7 +108,7 @@ def _explained(sql: str) -> str:
     return ""
 
 
-def check_plan(ds: Dataset, sql: str) -> None:
+def _check_plan(ds: Dataset, sql: str) -> None:
     """Refuse a query whose plan writes, changes state, or calls a table function not known to only read."""
     functions = {name.upper() for (name,) in ds.con.execute(
         "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type IN ('table', 'table_macro')"
@@ -129,9 +129,9 @@ def check_plan(ds: Dataset, sql: str) -> None:
 
 def run_query(ds: Dataset, sql: str, *, limit: int | None = None) -> Any:
     """Run one read-only statement; returns a pyarrow Table (of at most `limit` rows)."""
-    target = check_read_only(ds.con, sql)
+    target = _check_read_only(ds.con, sql)
     ds.lock_down()
-    check_plan(ds, target)
+    _check_plan(ds, target)
     return ds.arrow(sql, limit=limit)
 
 
@@ -229,7 +229,7 @@ def _fits_python(column: Any) -> bool:
     return True
 
 
-def python_safe(table: Any) -> Any:
+def _python_safe(table: Any) -> Any:
     """`table` with each column holding a timestamp or date Python cannot represent ('infinity', year 294247)
     replaced by DuckDB's own text for its values, so that table, JSON and CSV output show them instead of
     failing (or printing a placeholder). Other columns keep their types."""
@@ -261,7 +261,7 @@ def _cell(value: Any) -> str:
     return printable(value)  # data: no raw escape sequences, \r or bidi overrides on the terminal
 
 
-def format_table(table: Any, max_width: int = 60) -> str:
+def _format_table(table: Any, max_width: int = 60) -> str:
     """An aligned plain-text table: numbers right-aligned, long cells cut with an ellipsis."""
     names = [printable(n) for n in table.column_names]
     columns = [table.column(i).to_pylist() for i in range(len(names))]
@@ -295,7 +295,7 @@ def _plain(value: Any) -> Any:
     return plain(value, maps=True, default=_json_default)
 
 
-def unique_names(names: Sequence[str]) -> list[str]:
+def _unique_names(names: Sequence[str]) -> list[str]:
     """Column names made unique (a, a_1, a_2 ...; a name already taken is skipped), so that a JSON object or a
     Parquet file keeps every column of `SELECT 1 AS a, 2 AS a`."""
     taken, seen, out = set(names), set(), []
@@ -311,7 +311,7 @@ def unique_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def format_json(table: Any) -> str:
+def _format_json(table: Any) -> str:
     """Strict JSON (no NaN or Infinity), one object per row; duplicate column names get _1, _2 ..."""
     import pyarrow as pa
 
@@ -319,7 +319,7 @@ def format_json(table: Any) -> str:
     for i, f in enumerate(table.schema):
         values = table.column(i).to_pylist()
         columns.append([_plain(v) for v in values] if pa.types.is_nested(f.type) else values)
-    names = unique_names(table.column_names)
+    names = _unique_names(table.column_names)
     rows = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
     return jsonio.dumps(rows, default=_json_default, indent=1) + "\n"
 
@@ -330,7 +330,7 @@ def _csv_cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(_plain(value), default=_json_default)
 
 
-def format_csv(table: Any, *, escape: bool = False) -> str:
+def _format_csv(table: Any, *, escape: bool = False) -> str:
     """CSV; a column the CSV writer cannot take (list, struct, map, union, interval, blob) as JSON text.
     `escape`: control and format characters in the data written as visible escapes (textsafe.printable), for
     a terminal or a pipe; a file (--out) keeps the data exact."""
@@ -339,7 +339,7 @@ def format_csv(table: Any, *, escape: bool = False) -> str:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    table = python_safe(table)
+    table = _python_safe(table)
     for i, f in enumerate(table.schema):
         t = f.type
         if (pa.types.is_nested(t) or pa.types.is_union(t) or pa.types.is_interval(t) or pa.types.is_binary(t)
@@ -354,7 +354,7 @@ def format_csv(table: Any, *, escape: bool = False) -> str:
     return "\n".join(printable(line) for line in text.split("\n")) if escape else text
 
 
-def out_path(out: Path | str) -> Path:
+def _out_path(out: Path | str) -> Path:
     """--out as a local path, as every other command's --out (util.paths.local_path)."""
     return paths.local_path(out, "--out", "a local file (write it, then copy it)")
 
@@ -365,14 +365,14 @@ def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
     if fmt not in FORMATS:
         raise GpuauditError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if out is not None:
-        out = out_path(out)
+        out = _out_path(out)
     if fmt == "parquet":
         if out is None:
             raise GpuauditError("--format parquet needs --out FILE")
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        named = table.rename_columns(unique_names(table.column_names))
+        named = table.rename_columns(_unique_names(table.column_names))
 
         def parquet(f: BinaryIO) -> None:
             try:  # a file object, never a path: on failure pyarrow deletes the path it was given (/dev/full too)
@@ -382,20 +382,20 @@ def write_output(table: Any, fmt: str, out: Path | None) -> str | None:
                     raise
                 raise GpuauditError(f"cannot write {out} as Parquet: {e}") from e
 
-        write_file(out, parquet)
+        _write_file(out, parquet)
         return None
     if fmt == "csv":
-        text = format_csv(table, escape=out is None)
+        text = _format_csv(table, escape=out is None)
     else:
-        text = {"table": format_table, "json": format_json}[fmt](python_safe(table))
+        text = {"table": _format_table, "json": _format_json}[fmt](_python_safe(table))
     if out is None:
         return text
     data = text.encode("utf-8")
-    write_file(out, lambda f: f.write(data))
+    _write_file(out, lambda f: f.write(data))
     return None
 
 
-def write_file(out: Path, write: Callable[[BinaryIO], Any]) -> None:
+def _write_file(out: Path, write: Callable[[BinaryIO], Any]) -> None:
     """Have `write(file)` produce `out` whole or not at all: into a temporary file beside `out`, renamed over it
     once complete and synced, so a full disk or a kill never leaves a partial file nor clobbers the previous
     one. A device or a pipe (/dev/stdout) is written in place. Any failure is one GpuauditError line."""

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 log = logging.getLogger("gpuaudit")
 
 # New files are created as any new file is: 0o666 less the umask (as DuckDB writes the dataset's files).
-FILE_MODE = 0o666
+_FILE_MODE = 0o666
 
 Data = bytes | str | Callable[[BinaryIO], Any]  # the bytes, text (UTF-8), or a function that writes them
 
@@ -35,13 +35,13 @@ def fsync(path: Path) -> None:
         os.close(fd)
 
 
-def temp_name(final: Path) -> Path:
+def _temp_name(final: Path) -> Path:
     """The staging name beside `final`: `.<name>.<8 hex>.tmp`, a dot-name that no reader (ours, DuckDB or
     polars globs of *.parquet) ever lists, and that push recognizes as a killed writer's leftover."""
     return final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}.tmp"
 
 
-def write_synced(path: Path, data: Data, *, mode: int = FILE_MODE) -> None:
+def write_synced(path: Path, data: Data, *, mode: int = _FILE_MODE) -> None:
     """Create `path` (never through someone's symlink: O_EXCL), write `data`, fsync it; on any failure the
     partial file is removed again. `mode` is less the umask, as for any new file."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
@@ -59,10 +59,10 @@ def write_synced(path: Path, data: Data, *, mode: int = FILE_MODE) -> None:
         raise
 
 
-def stage(final: Path, data: Data, *, mode: int = FILE_MODE) -> Path:
+def stage(final: Path, data: Data, *, mode: int = _FILE_MODE) -> Path:
     """`data` written and fsynced under a temporary name beside `final` (see `temp_name`); returns that name.
     The caller renames it with `replace`, or removes it."""
-    tmp = temp_name(final)
+    tmp = _temp_name(final)
     write_synced(tmp, data, mode=mode)
     return tmp
 
@@ -80,7 +80,7 @@ def publish(staged: Path, final: Path) -> None:
     replace(staged, final)
 
 
-def write_atomic(final: Path, data: Data, *, mode: int = FILE_MODE,
+def write_atomic(final: Path, data: Data, *, mode: int = _FILE_MODE,
                  before_replace: Callable[[Path], Any] | None = None) -> None:
     """Write `final` whole or not at all: staged beside it, synced, renamed over it, its directory synced.
     A full disk or a kill never leaves a partial file nor clobbers the previous one. `before_replace(staged)`
@@ -109,7 +109,7 @@ def publish_all(staged: Sequence[tuple[Path, Path]], *, remove: Iterable[Path] =
     def aside_name(final: Path) -> Path:
         nonlocal n
         n += 1
-        return aside / f"{n}{final.suffix}" if aside is not None else temp_name(final)
+        return aside / f"{n}{final.suffix}" if aside is not None else _temp_name(final)
 
     try:
         for tmp, final in staged:

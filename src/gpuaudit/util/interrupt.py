@@ -18,7 +18,7 @@ from gpuaudit.errors import GpuauditError
 
 T = TypeVar("T")
 POLL_S = 0.05  # how often the waiting thread looks at the clock (SIGINT wakes it at once)
-STOP_WAIT_S = 10.0  # how long an interrupted call gets to unwind before the caller gives up on it
+_STOP_WAIT_S = 10.0  # how long an interrupted call gets to unwind before the caller gives up on it
 
 
 class QueryTimeout(GpuauditError):
@@ -60,4 +60,4 @@ def run_stoppable(call: Callable[[], T], interrupt: Callable[[], Any], *, timeou
 
 def _stop(interrupt: Callable[[], Any], done: threading.Event) -> None:
     interrupt()
-    done.wait(STOP_WAIT_S)
+    done.wait(_STOP_WAIT_S)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gpuaudit.errors import GpuauditError
 
-SCHEMES = ("s3",)
+_SCHEMES = ("s3",)
 NAME_MAX = 255  # bytes in one path component on Linux filesystems (ext4, xfs, btrfs, tmpfs)
 _URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
 
@@ -37,7 +37,7 @@ def as_url(value: Path | str | None) -> str | None:
     if not m:
         return None
     scheme, rest = m.group(1).lower(), m.group(2).strip("/")
-    if scheme not in SCHEMES:
+    if scheme not in _SCHEMES:
         raise GpuauditError(f"unsupported URL {value}: give a local directory or s3://bucket/prefix")
     if not rest:
         raise GpuauditError(f"{value}: an S3 URL needs a bucket: s3://bucket/prefix")

@@ -1,4 +1,4 @@
-"""The stage-1 rollup cache (issue 29): stage 1's results kept beside the data, so that a re-run with another
+"""The stage-1 rollup cache: stage 1's results kept beside the data, so that a re-run with another
 price or config pays no scan. An optimisation, never a source of truth: an entry is used only when it was made
 from exactly the files a cold run would read now, by exactly this stage-1 code; anything else is a cold run.
 
@@ -43,10 +43,10 @@ from gpuaudit.util import atomic, paths
 
 log = logging.getLogger("gpuaudit.analysis")
 
-CACHE_VERSION = 1
+_CACHE_VERSION = 1
 DIR = ".rollups"
 SUFFIX = ".rollup"
-KEEP = 4  # entries kept per dataset (the newest)
+_KEEP = 4  # entries kept per dataset (the newest)
 _FRAMES = ("gpu_hours", "demand", "holders", "elastic_gpus", "elastic_demand", "allocations")
 _TIME_RULE = "in the future"  # a reason conformance.row_checks gives for a ts it rejects relative to "now"
 
@@ -60,7 +60,7 @@ def cache_dir(root: Path | str) -> Path:
     return Path(base) / "gpuaudit" / "rollups" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
-def code_digest() -> str:
+def _code_digest() -> str:
     """The stage-1 code's identity: its SQL, every module of this package (read as files: the pass that reads
     this cache is one of them), the reader's contract, CACHE_VERSION."""
     from importlib import resources
@@ -68,7 +68,7 @@ def code_digest() -> str:
     from gpuaudit import schema
     from gpuaudit.store import conformance, reader
 
-    h = hashlib.sha256(f"v{CACHE_VERSION}".encode())
+    h = hashlib.sha256(f"v{_CACHE_VERSION}".encode())
     sql = resources.files("gpuaudit") / "sql"
     for item in sorted(sql.iterdir(), key=lambda p: p.name):
         if item.name.startswith("analysis_") and item.name.endswith(".sql"):
@@ -133,7 +133,7 @@ def identities(root: Path | str, files: list[str]) -> list[list[Any]]:
     return [_local_identity(Path(f)) for f in sorted(set(files))]
 
 
-def listed_files(root: Path | str) -> list[str]:
+def _listed_files(root: Path | str) -> list[str]:
     """Every path a reader's listing names now (readable, unreadable, or left out by name), as Dataset lists."""
     from gpuaudit import schema
     from gpuaudit.store import readers
@@ -162,7 +162,7 @@ def load(directory: Path, key: str) -> Rollups | None:
     try:
         with zipfile.ZipFile(path) as z:
             meta = json.loads(z.read("meta.json"))
-            if meta.get("key") != key or meta.get("version") != CACHE_VERSION:
+            if meta.get("key") != key or meta.get("version") != _CACHE_VERSION:
                 return None
             frames = {n: pl.read_ipc(io.BytesIO(z.read(f"{n}.arrow")))
                       for n in _FRAMES if f"{n}.arrow" in z.namelist()}
@@ -199,7 +199,7 @@ def store(directory: Path, key: str, roll: Rollups, read: list[list[Any]] | None
                 buf = io.BytesIO()
                 frame.write_ipc(buf, compression="lz4")
                 z.writestr(f"{name}.arrow", buf.getvalue())
-            z.writestr("meta.json", json.dumps({"key": key, "version": CACHE_VERSION, "code": code,
+            z.writestr("meta.json", json.dumps({"key": key, "version": _CACHE_VERSION, "code": code,
                                                 "read": read or [], "span": span,
                                                 "skipped_files": list(roll.skipped_files),
                                                 "rejected_rows": list(roll.rejected_rows)}))
@@ -215,7 +215,7 @@ def store(directory: Path, key: str, roll: Rollups, read: list[list[Any]] | None
     return True
 
 
-def evict(directory: Path, keep: int = KEEP) -> None:
+def evict(directory: Path, keep: int = _KEEP) -> None:
     """Remove all but the `keep` most recently used entries (a reader that opened one keeps reading it)."""
     entries = []
     for p in directory.glob(f"*{SUFFIX}"):
@@ -241,8 +241,8 @@ class Lookup:
 
 
 def lookup(root: Path | str) -> Lookup:
-    code = code_digest()
-    key = key_of(identities(root, listed_files(root)), code)
+    code = _code_digest()
+    key = key_of(identities(root, _listed_files(root)), code)
     directory = cache_dir(root)
     return Lookup(directory, code, key, load(directory, key))
 
@@ -271,7 +271,7 @@ def base_for(directory: Path, code: str, read_now: list[list[Any]]) -> Base | No
         except (OSError, zipfile.BadZipFile, KeyError, ValueError):
             continue
         read = {tuple(i) for i in meta.get("read") or []}
-        if meta.get("code") != code or meta.get("version") != CACHE_VERSION or not read or not read <= now:
+        if meta.get("code") != code or meta.get("version") != _CACHE_VERSION or not read or not read <= now:
             continue
         span = meta.get("span")
         if not isinstance(span, list) or len(span) != 2:

@@ -24,8 +24,8 @@ from gpuaudit.util.resources import load_sql
 
 log = logging.getLogger("gpuaudit.analysis")
 
-QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
-DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
+_QUERIES = ("analysis_rollup", "analysis_demand", "analysis_holders")
+_DEDUP_DEMAND = "analysis_demand_dedup"  # replaces analysis_demand when the data holds duplicates
 _HAS_DUPLICATES = f"SELECT count(*) AS n FROM {STREAMS_TABLE} WHERE pick > 1 OR overlap > 1"
 _HOURS_TO_REFINE = f"SELECT count(*) AS n FROM {REFINE}"
 _GPU_HOUR = ("host", "gpu_uuid", "mig_instance", "hour_s")
@@ -139,7 +139,7 @@ def rollups_from(engine: Engine) -> Rollups:
         engine.materialize(STREAMS_TABLE, f"SELECT * FROM {HOURLY}")
     # Clean data (the usual case) needs no per-sample weights: the demand scan skips the join.
     dedup = int(engine.query(_HAS_DUPLICATES)["n"][0]) > 0
-    queries = [DEDUP_DEMAND if q == "analysis_demand" and dedup else q for q in QUERIES]
+    queries = [_DEDUP_DEMAND if q == "analysis_demand" and dedup else q for q in _QUERIES]
     rollup, demand, holders = (engine.query(load_sql(q)) for q in queries)
     out = Rollups(
         gpu_hours=rollup.sort(_GPU_HOUR),

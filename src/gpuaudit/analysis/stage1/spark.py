@@ -76,7 +76,7 @@ def spark_sql(sql: str) -> str:
     return statements[0].transform(epoch).transform(to_timestamp).transform(isfinite).sql(dialect="spark")
 
 
-def table_ddl(table: str) -> str:
+def _table_ddl(table: str) -> str:
     """The Spark schema of a table's view: every contract column as stored, plus the partition keys."""
     cols = [f"`{c.name}` {_SPARK_TYPES[c.sql_type]}" for c in schema.stored_columns(table)]
     return ", ".join([*cols, "`host` STRING", "`date` DATE"])
@@ -120,7 +120,7 @@ def _group_ddl(table: str, types: conformance.Types | None) -> str | None:
         return None
     contract = {c.name: conformance.duckdb_type(c.sql_type) for c in schema.stored_columns(table)}
     if all(contract.get(n) == t for n, t in types.items() if n in contract):
-        return table_ddl(table)
+        return _table_ddl(table)
     cols = []
     for name, typ in types.items():
         if name not in contract:

@@ -16,7 +16,7 @@ from gpuaudit.importer.prometheus.rows import COUNT, FRACTIONS
 
 # A stored fraction may exceed 1 (or go below 0) by this much, float rounding in the server's averages
 # (100.0001 %), and is then clipped; anything further out is an error.
-ROUNDING = 1e-5
+_ROUNDING = 1e-5
 _FLOAT32_MAX = 3.4028234663852886e38  # power_w and energy_j are FLOAT columns
 # Field -> (lowest, highest, what it is) in the stored unit: what the columns can hold and a GPU can report.
 # Memory stops at 2^61 bytes so that used + free (mem_total_bytes) still fits a BIGINT.
@@ -55,8 +55,8 @@ def check_points(points: pl.DataFrame, raw: list[tuple[str, str, dict[str, str]]
             continue
         factor = mapping.factor(fld)
         if fld in FRACTIONS:
-            lows.append(-ROUNDING / factor)
-            highs.append((1 + ROUNDING) / factor)
+            lows.append(-_ROUNDING / factor)
+            highs.append((1 + _ROUNDING) / factor)
         else:
             lo, hi, _, _ = _LIMITS.get(fld, (-math.inf, math.inf, "", ""))
             lows.append(lo / factor)

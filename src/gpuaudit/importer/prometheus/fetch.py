@@ -117,7 +117,7 @@ def fetch(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, st
     return mapping
 
 
-DISCOVERY_STEP_S = 300  # = Prometheus' lookback: every sample of the window is seen by one evaluation
+_DISCOVERY_STEP_S = 300  # = Prometheus' lookback: every sample of the window is seen by one evaluation
 
 
 def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, result: ImportResult) -> Mapping:
@@ -131,10 +131,10 @@ def _detect(prom: PromClient, mapping: Mapping, start: datetime, end: datetime, 
     unnamed = False
     # The grid is anchored on `end`: an evaluation exactly at the end sees the window's last five minutes (a
     # grid from `start` missed series that began after its last point, e.g. a window shorter than 5 minutes).
-    n_steps = -(-int((end - start).total_seconds()) // DISCOVERY_STEP_S) + 1
-    anchor = end - timedelta(seconds=DISCOVERY_STEP_S * n_steps)
-    for first, last in chunks(anchor, end, DISCOVERY_STEP_S):
-        for item in prom.query_range(f"count by (__name__) ({{{sel}}})", first, last, DISCOVERY_STEP_S):
+    n_steps = -(-int((end - start).total_seconds()) // _DISCOVERY_STEP_S) + 1
+    anchor = end - timedelta(seconds=_DISCOVERY_STEP_S * n_steps)
+    for first, last in chunks(anchor, end, _DISCOVERY_STEP_S):
+        for item in prom.query_range(f"count by (__name__) ({{{sel}}})", first, last, _DISCOVERY_STEP_S):
             name = item["metric"].get("__name__")
             if name:
                 found.add(name)

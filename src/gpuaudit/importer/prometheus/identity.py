@@ -69,7 +69,7 @@ def int_label(value: str | None) -> int | None:
         return None
 
 
-def small_int(label: str | None, value: str | None, what: str) -> int | None:
+def _small_int(label: str | None, value: str | None, what: str) -> int | None:
     """An integer label (a GPU index, a MIG instance id): a number outside 0-32767 is no such id, and would
     not fit its column (-1 also stands for "no MIG instance" while grouping); text that is not a number is no
     label at all."""
@@ -104,11 +104,11 @@ def identify(labels: dict[str, str], names: dict[str, tuple[str, ...]], exporter
         host = re.sub(r":\d+$", "", host)  # an exporter address, not a hostname: drop the port
     suspect = host_suspect(host, labels, exporter_pod) if host and host_label not in NODE_LABELS else None
     host = host or "unknown"
-    gpu_index = small_int(*first("gpu_index")[:2], "GPU index")
+    gpu_index = _small_int(*first("gpu_index")[:2], "GPU index")
     raw_uuid = first("gpu_uuid")[1]
     uuid = (normalize_uuid(raw_uuid, uuid_prefix) if raw_uuid
             else f"{host}/gpu{gpu_index if gpu_index is not None else '?'}")
-    mig = small_int(*first("mig_instance")[:2], "MIG instance id")
+    mig = _small_int(*first("mig_instance")[:2], "MIG instance id")
     name = first("gpu_name")[1]
     profile = first("mig_profile")[1] if mig is not None else None
     mig_device = mig is not None and uuid.startswith("MIG-")

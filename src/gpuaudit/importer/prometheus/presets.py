@@ -126,7 +126,7 @@ DCGM = Preset(
     share_markers=("vgpu",),
 )
 
-JOBSTATS = Preset(
+_JOBSTATS = Preset(
     name="jobstats",
     title="Princeton jobstats GPU exporter (nvidia_gpu_prometheus_exporter)",
     metrics={
@@ -156,7 +156,7 @@ JOBSTATS = Preset(
     mig_profile_in_name=r"MIG (\S+)",
 )
 
-NVIDIA_SMI = Preset(
+_NVIDIA_SMI = Preset(
     name="nvidia-smi",
     title="utkuozdemir/nvidia_gpu_exporter (nvidia-smi)",
     metrics={
@@ -189,7 +189,7 @@ NVIDIA_SMI = Preset(
                      {"mig_profile": "profile"})),
 )
 
-GPUAUDIT = Preset(
+_GPUAUDIT = Preset(
     name="gpuaudit",
     title="gpuaudit agent (agent run --metrics-listen)",
     metrics={
@@ -217,7 +217,7 @@ GPUAUDIT = Preset(
     },
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (DCGM, JOBSTATS, NVIDIA_SMI, GPUAUDIT)}
+PRESETS: dict[str, Preset] = {p.name: p for p in (DCGM, _JOBSTATS, _NVIDIA_SMI, _GPUAUDIT)}
 DEFAULT_PRESET = DCGM.name
 
 
@@ -236,7 +236,7 @@ class Detection:
         return [p for p, (_, a) in self.present.items() if a and p != chosen]
 
 
-UTIL_FIELDS = ("sm_active", "gr_engine_active", "duty_cycle")
+_UTIL_FIELDS = ("sm_active", "gr_engine_active", "duty_cycle")
 
 
 def all_metric_names() -> list[str]:
@@ -246,7 +246,7 @@ def all_metric_names() -> list[str]:
 def detect(names: set[str]) -> Detection:
     d = Detection()
     for p in PRESETS.values():
-        util = {n for f in UTIL_FIELDS if f in p.metrics for n in p.metrics[f].names}
+        util = {n for f in _UTIL_FIELDS if f in p.metrics for n in p.metrics[f].names}
         mine = {n for spec in p.metrics.values() for n in spec.names}
         d.present[p.name] = (names & util, names & mine)
     return d

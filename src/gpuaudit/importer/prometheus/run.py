@@ -22,7 +22,7 @@ from gpuaudit.store import transaction
 
 FILE_STEM = "prometheus"  # the importer's one file per partition is prometheus-<stamp>.parquet
 PROM_SOURCES = schema.IMPORT_SOURCES  # rows a re-import replaces
-WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
+_WRITE_BATCH_ROWS = 2_000_000  # sample rows per writer call (whole dates; about 200 MB in memory)
 
 
 def import_prometheus(root: Path | str, client: PromClient | Transport, mapping: Mapping, start: datetime,
@@ -79,7 +79,7 @@ def _stage_all(tx: transaction.Transaction, samples_files: list[Path], process_f
     batch: list[Any] = []
     rows = 0
     for day, n in per_date.iter_rows():
-        if batch and rows + n > WRITE_BATCH_ROWS:
+        if batch and rows + n > _WRITE_BATCH_ROWS:
             _write_batch(tx, samples, processes, batch, start, end, result)
             batch, rows = [], 0
         batch.append(day)
