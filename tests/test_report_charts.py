@@ -13,7 +13,7 @@ from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
 from gpuaudit.report import charts, render
 from gpuaudit.report.chartpool import ChartPool
-from gpuaudit.report.model import ChartSpec, Series
+from gpuaudit.report.model import ChartSpec, Series, Threshold
 from gpuaudit.report.sections import build_report
 
 
@@ -156,3 +156,23 @@ def test_the_report_flow_draws_its_charts_in_the_pool(tmp_path, monkeypatch: pyt
     html = (tmp_path / "out" / "report.html").read_text()
     assert html.count('<svg class="narrow"') == len(written.report.charts())
     capsys.readouterr()
+
+
+def _x_tick_labels(svg: str) -> list[str]:
+    """The x axis's tick labels as drawn (SVG text, svg.fonttype none): `<g id="xtick_N">` ... `<text>`."""
+    import re
+
+    return [re.sub(r"<[^>]+>", "", m).strip()
+            for m in re.findall(r'<g id="xtick_\d+">.*?<text[^>]*>(.*?)</text>', svg, flags=re.S)]
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_the_hybrid_cost_curve_counts_owned_gpus_in_whole_gpus(narrow: bool) -> None:
+    """A phone's hybrid chart labelled its x axis 2.5, 7.5, 12.5 GPUs owned: GPUs are counts, ticks are whole."""
+    owned = tuple(float(n) for n in range(16))
+    total = tuple(1e5 - 900 * n + 60 * n * n for n in owned)
+    spec = ChartSpec(kind="cost-curve", x=owned, unit="$", series=(Series(key="total", label="total", values=total),),
+                     thresholds=(Threshold(key="n-star", label="N*", value=7.0),))
+    labels = _x_tick_labels(charts.draw(spec, narrow=narrow))
+    assert labels, "no x tick labels found in the SVG"
+    assert all(lab.replace(",", "").replace("\u2212", "-").lstrip("-").isdigit() for lab in labels), labels

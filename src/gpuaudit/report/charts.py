@@ -477,12 +477,15 @@ def break_even_curve(
 
 def _cost_curve(owned: Sequence[float], total: Sequence[float], n_star: float | None, unit: str) -> str:
     """Hybrid total cost for each owned GPU count, the minimum N* marked."""
+    from matplotlib.ticker import MaxNLocator
+
     fig, ctx = _figure(2.4, "hybrid-curve", 2.9)
     ax = fig.add_subplot()
     ax.plot(list(owned), list(total), color=REAL, lw=2)
     if n_star is not None:
         _mark(ax, n_star, 0.98, f" N* = {n_star:,.0f}", _ONPREM, lw=1.5, ls="--", bold=True)
     ax.set_xlim(left=0)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5 if _is_narrow() else 10, integer=True))  # GPUs are counts
     ax.yaxis.set_major_formatter(_money_formatter())
     ax.set_xlabel("GPUs owned (N)")
     ax.set_ylabel(unit)
