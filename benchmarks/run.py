@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # spark: stage 1 on Spark vs DuckDB at 100 M rows; fleet: 1,000 GPUs x 90 days (~778 M rows) end to end;
-# layout: `gpuaudit report` at 100 M rows, the code before issue 15's restructure against the code now;
+# layout: `gpuaudit report` at 100 M rows, the code before the restructure against the code now;
 # concurrency: readers during a compaction and a push prune of >= 3,000 small files; fixed_cost: the report of a
 # 2-GPU, 1-day fleet against the import of its libraries.
 AREAS = ("simulate", "agent", "analyzer", "import", "spark", "fleet", "layout", "concurrency", "fixed_cost")
@@ -109,8 +109,21 @@ def main() -> int:
                 fmt(f.get("baseline_value")), fmt(f.get("ratio")), fmt(f.get("target")), fmt(f.get("met")),
                 str(f.get("note", "")).replace("|", "/"),
             ]) + " |")
-        sections.append(f"## {area}\n\n(ran in {elapsed:.0f} s)\n\n" + "\n".join(rows) + "\n")
+        when = f", {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python benchmarks/run.py --only {area}`" \
+            if args.only else ""
+        sections.append(f"## {area}\n\n(ran in {elapsed:.0f} s{when})\n\n" + "\n".join(rows) + "\n")
         shutil.rmtree(area_work, ignore_errors=True)
+    if args.only and args.out.exists():
+        # A partial run replaces its own areas' sections and figures; every other area's last result stays.
+        from bench_cache import splice
+
+        for section in sections:
+            splice(args.out, section, section.split("\n", 1)[0].removeprefix("## "))
+        raw_path = args.out.with_suffix(".json")
+        kept = json.loads(raw_path.read_text()) if raw_path.exists() else {}
+        raw_path.write_text(json.dumps({**kept, **raw}, indent=1, default=str), encoding="utf-8")
+        print(f"updated {', '.join(areas)} in {args.out}")
+        return 1 if failed else 0
     header = (
         "# Benchmark results\n\n"
         f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC\n- machine: {machine()}\n"
