@@ -519,19 +519,6 @@ def _cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: in
     return _svg(fig, ctx, "Cost per scenario")
 
 
-def tornado(
-    labels: Sequence[str],
-    low: Sequence[float],
-    high: Sequence[float],
-    base: float,
-    unit: str,
-    title: str,
-    fraction: float = 0.3,
-) -> str:
-    """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
-    return _tornado(labels, low, high, base, unit, title, (f"input −{fraction:.0%}", f"input +{fraction:.0%}"))
-
-
 def _tornado(
     labels: Sequence[str],
     low: Sequence[float],
@@ -541,6 +528,7 @@ def _tornado(
     title: str,
     legend: Sequence[str],
 ) -> str:
+    """Sensitivity: each bar spans the outcome with that input at its low and its high value."""
     n = max(len(labels), 1)
     fig, ctx = _figure(0.9 + 0.3 * n, "tornado", 1.6 + 0.42 * n)
     ax = fig.add_subplot()
