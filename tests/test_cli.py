@@ -96,8 +96,12 @@ def test_analysis_and_report_never_import_typer_or_pynvml() -> None:
 
 
 def test_shell_completion_script_is_offered() -> None:
-    r = run_cli("--show-completion", "bash", env={"SHELL": "/bin/bash"})
-    assert r.returncode == 0 and "complete -o default -F" in r.stdout
+    """Typer finds the shell from the command's parent process (shellingham), not from its arguments: run in
+    this process under a detached pytest (nohup, CI) it said "Shell  not supported". A user types it in a
+    shell, so the test does too (`; exit $?` keeps bash from exec-ing the command in its own place)."""
+    r = subprocess.run(["bash", "-c", f"{sys.executable} -m gpuaudit --show-completion; exit $?"],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "SHELL": "/bin/bash"})
+    assert r.returncode == 0 and "complete -o default -F" in r.stdout, r.stderr
 
 
 def test_readme_states_the_schema_version_and_mig_instance_as_they_are() -> None:
