@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import typer.main
-from tests.helpers import REPO, run_bin, run_cli
+from tests.helpers import REPO, run_bin
 
 from gpuaudit import __version__, schema
 from gpuaudit.cli import app
