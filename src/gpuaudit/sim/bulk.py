@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import polars as pl
 
+    from gpuaudit.analysis.config import DecisionConfig
     from gpuaudit.sim.loadmodel import LoadModel
 
 SIDECAR = "simulation.json"
@@ -377,6 +378,58 @@ def _run(results: Any, totals: list[int], per_model: list[list[int]], progress: 
             progress(i + 1, n)
 
 
+def _utc_start(start: datetime | None, days: float) -> datetime:
+    """The first sample's time: the default window ending now when not given; a naive time is UTC."""
+    from gpuaudit.sim.workload import default_start
+
+    if start is None:
+        return default_start(days)
+    return start.replace(tzinfo=UTC) if start.tzinfo is None else start
+
+
+def _sidecar_meta(sc: Any, model: LoadModel, seed: int, interval_s: float, end: datetime,
+                  thresholds: DecisionConfig) -> dict[str, Any]:
+    """The sidecar before any row is written (complete: false); the measured truth is added at the end."""
+    from gpuaudit import __version__
+
+    return {
+        "scenario": sc.name, "title": sc.title, "seed": seed, "gpus": model.n_gpus, "hosts": model.hosts,
+        "days": model.days, "interval_s": interval_s, "start": model.start.isoformat(), "end": end.isoformat(),
+        "documented": asdict(sc.truth), "thresholds": {"cloud_below": thresholds.cloud_below,
+                                                              "on_prem_above": thresholds.on_prem_above},
+        "generator": f"gpuaudit {__version__}", "schema_version": schema.SCHEMA_VERSION, "complete": False,
+    }
+
+
+def _write_all_chunks(spec: _ModelSpec, model: LoadModel, root: Path, interval_s: float, n_steps: int,
+                      workers: int | None, progress: Progress | None) -> tuple[list[int], list[list[int]]]:
+    """Write every chunk's samples and processes, in this process or in worker processes; returns the totals
+    (rows, process rows, held rows, sum of sm_k, files) and per GPU model (rows, held rows, sum of sm_k)."""
+    chunks = _chunks(model, n_steps, interval_s)
+    n_workers = _workers(workers, spec.gpus * n_steps, len(chunks))
+    totals = [0, 0, 0, 0, 0]
+    per_model = [[0, 0, 0] for _ in model.models]
+    jobs = [(spec, str(root), interval_s, c) for c in chunks]
+    if n_workers == 1:
+        _MODELS[spec] = model
+        results = map(_write_chunk, jobs)
+        _run(results, totals, per_model, progress, len(chunks))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: polars' and DuckDB's thread pools do not survive a fork.
+        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            _run(pool.map(_write_chunk, jobs), totals, per_model, progress, len(chunks))
+    _MODELS.clear()
+    return totals, per_model
+
+
+def _table_bytes(root: Path) -> dict[str, int]:
+    return {t: sum(f.stat().st_size for f in (root / t).rglob("*.parquet")) if (root / t).is_dir() else 0
+            for t in schema.TABLES}
+
+
 def simulate(
     root: Path | str,
     scenario: str,
@@ -393,20 +446,17 @@ def simulate(
     """Write `days` of `scenario` on `gpus` GPUs (default: the scenario's) sampled every `interval_s` into
     the dataset at `root`, plus `simulation.json` with the true R/W and S/W of what was written.
     `workers` > 1 writes chunks in parallel processes (default: one per CPU for large fleets)."""
-    from gpuaudit import __version__, store
+    from gpuaudit import store
     from gpuaudit.analysis.config import load_config
     from gpuaudit.sim.loadmodel import LoadModel
-    from gpuaudit.sim.workload import decision_branch, default_start
+    from gpuaudit.sim.workload import decision_branch
 
     t_begin = time.perf_counter()
     sc, n_gpus = validate(scenario, gpus, days, interval_s)
     if workers is not None and workers < 1:
         raise GpuauditError(f"--workers must be at least 1 (got {workers})")
     root = Path(root)
-    if start is None:
-        start = default_start(days)
-    elif start.tzinfo is None:
-        start = start.replace(tzinfo=UTC)
+    start = _utc_start(start, days)
     if root.exists() and not root.is_dir():
         raise GpuauditError(f"--data {root} is a file, not a directory")
     _prepare_root(root, force)
@@ -414,37 +464,15 @@ def simulate(
     thresholds = load_config().decision  # the analyzer's defaults (the default preset)
     n_steps = math.floor(days * 86400 / interval_s + 1e-9)
     end = model.start + timedelta(seconds=(n_steps - 1) * interval_s)  # the last sample's ts
-    meta: dict[str, Any] = {
-        "scenario": sc.name, "title": sc.title, "seed": seed, "gpus": n_gpus, "hosts": model.hosts,
-        "days": days, "interval_s": interval_s, "start": model.start.isoformat(), "end": end.isoformat(),
-        "documented": asdict(sc.truth), "thresholds": {"cloud_below": thresholds.cloud_below,
-                                                              "on_prem_above": thresholds.on_prem_above},
-        "generator": f"gpuaudit {__version__}", "schema_version": schema.SCHEMA_VERSION, "complete": False,
-    }
+    meta = _sidecar_meta(sc, model, seed, interval_s, end, thresholds)
     # Written first (complete: false) so an interrupted run is still recognisable as a simulation.
     try:
         store.write_json(root, SIDECAR, meta)
     except OSError as e:
         raise GpuauditError(f"cannot write to {root}: {e.strerror or e}") from None
 
-    chunks = _chunks(model, n_steps, interval_s)
     spec = _ModelSpec(sc.name, n_gpus, seed, model.start, days)
-    n_workers = _workers(workers, n_gpus * n_steps, len(chunks))
-    totals = [0, 0, 0, 0, 0]  # rows, process rows, held rows, sum of sm_k, files
-    per_model = [[0, 0, 0] for _ in model.models]  # rows, held rows, sum of sm_k
-    jobs = [(spec, str(root), interval_s, c) for c in chunks]
-    if n_workers == 1:
-        _MODELS[spec] = model
-        results = map(_write_chunk, jobs)
-        _run(results, totals, per_model, progress, len(chunks))
-    else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn, not fork: polars' and DuckDB's thread pools do not survive a fork.
-        with ProcessPoolExecutor(n_workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            _run(pool.map(_write_chunk, jobs), totals, per_model, progress, len(chunks))
-    _MODELS.clear()
+    totals, per_model = _write_all_chunks(spec, model, root, interval_s, n_steps, workers, progress)
     rows, process_rows, held, sm_sum, files = totals
 
     runtime_util = held / rows if rows else 0.0
@@ -455,8 +483,7 @@ def simulate(
                 rows=rows, process_rows=process_rows, allocations=allocated,
                 models=_model_truth(sc, model, per_model), complete=True)
     store.write_json(root, SIDECAR, meta)
-    sizes = {t: sum(f.stat().st_size for f in (root / t).rglob("*.parquet")) if (root / t).is_dir() else 0
-             for t in schema.TABLES}
+    sizes = _table_bytes(root)
     return SimulationSummary(
         root=root, scenario=sc.name, gpus=n_gpus, hosts=len(model.hosts), days=days, interval_s=interval_s,
         seed=seed, start=model.start, end=end, rows=rows, process_rows=process_rows, files=files,

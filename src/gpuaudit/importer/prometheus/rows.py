@@ -22,6 +22,7 @@ Rules (each one a defect real deployments showed, see docs/importer.md):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +107,29 @@ def profile_from_memory(mem_bytes: float | None, gpu_name: str | None) -> tuple[
 def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping: Mapping, step_s: int,
                state: ImportState, info: dict[str, dict[Any, Any]], share_fields: tuple[str, ...]
                ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    factor = _factor_of(mapping)
+    long = _long_points(series_rows, points, step_s, state)
+    long, shares = _split_shares(long, share_fields, state)
+    best, power = _best_values(long, mapping)
+    wide = _gauges_wide(best, factor)
+    wide = _with_gpu_figures(long, wide, power, state, info, factor)
+    procs = _processes(long, shares, wide, factor)
+    wide = _with_process_counts(wide, procs, state)
+    return _sample_rows(wide, mapping, step_s, factor), _process_rows(procs)
+
+
+def _factor_of(mapping: Mapping) -> Callable[[str], float]:
+    """A field's unit factor: the mapping's where it maps the field, else 1."""
+    def factor(fld: str) -> float:
+        return mapping.factor(fld) if fld in mapping.metrics else 1.0
+
+    return factor
+
+
+def _long_points(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, step_s: int, state: ImportState
+                 ) -> pl.DataFrame:
+    """One row per finite point with its series' labels (each GPU under one host) and its average's weight `n`;
+    records in `state.seen` which fields each GPU/slice has series for."""
     series = pl.DataFrame(series_rows, schema=SERIES_SCHEMA, orient="row")
     series = _mig_parents(series, state)
     points = points.filter(pl.col("value").is_finite()).with_columns(pl.col("ts").round(0).cast(pl.Int64))
@@ -123,8 +147,13 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
             .with_columns(pl.when(pl.col("n") > 0).then(pl.col("n")).otherwise(1.0).alias("n")))
     for uuid, mig, fld in long.select("gpu_uuid", "mig_instance", "field").unique().iter_rows():
         state.seen.setdefault((uuid, mig), set()).add(fld)
+    return long
 
-    # Time-slicing: per-pod shares where the device-level series of the field exists at that step.
+
+def _split_shares(long: pl.DataFrame, share_fields: tuple[str, ...], state: ImportState
+                  ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Time-slicing: per-pod shares where the device-level series of the field exists at that step leave
+    `long` (they are the pods' figures, not the GPU's). Returns (long without them, the shares)."""
     shares = long.clear()
     if share_fields:
         in_share = pl.col("field").is_in(list(share_fields)) & (pl.col("part") == "")
@@ -133,7 +162,13 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
         if shares.height:
             long = long.join(shares.select("sid", "ts"), on=["sid", "ts"], how="anti")
             state.time_sliced.update(shares["gpu_uuid"].unique().to_list())
+    return long, shares
 
+
+def _best_values(long: pl.DataFrame, mapping: Mapping) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One gauge value per GPU/slice, step and field from its most preferred metric name (averages weighted,
+    a last value from the newest series), and the physical GPU's power per step. Returns (values without
+    power, power)."""
     lasts = [f for f, s in mapping.metrics.items() if s.kind == LAST]
     gauge = long.filter(pl.col("part") == "")
     gauge = gauge.filter(pl.col("prio") == pl.col("prio").min().over([*KEY, "ts", "field"]))
@@ -147,7 +182,12 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
     power = (best.filter(pl.col("field") == "power_w").group_by("gpu_uuid", "ts")
              .agg(pl.coalesce(pl.col("value").filter(pl.col("mig_instance") == NO_MIG).mean(),
                               pl.col("value").mean()).alias("gpu_power")))
-    best = best.filter(pl.col("field") != "power_w")
+    return best.filter(pl.col("field") != "power_w"), power
+
+
+def _gauges_wide(best: pl.DataFrame, factor: Callable[[str], float]) -> pl.DataFrame:
+    """One row per GPU/slice and step with a utilization figure, a column per gauge, and its memory in bytes
+    (`_used_b`, `_total_b`)."""
     if best.height:
         wide = best.pivot(on="field", index=[*KEY, "ts"], values="value")
     else:
@@ -155,15 +195,16 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
                                     "ts": pl.Int64})
     wide = wide.with_columns([pl.lit(None, pl.Float64).alias(f) for f in _GAUGES if f not in wide.columns])
     wide = wide.filter(pl.any_horizontal(pl.col(f).is_not_null() for f in UTIL))
-
-    def factor(fld: str) -> float:
-        return mapping.factor(fld) if fld in mapping.metrics else 1.0
-
     used_b = pl.col("fb_used") * factor("fb_used")
     total_b = pl.coalesce(pl.col("mem_total") * factor("mem_total"), used_b + pl.col("fb_free") * factor("fb_free"))
-    wide = wide.with_columns(used_b.alias("_used_b"), total_b.alias("_total_b"))
-    wide, attrs = _attributes(long, wide, state, info)
+    return wide.with_columns(used_b.alias("_used_b"), total_b.alias("_total_b"))
 
+
+def _with_gpu_figures(long: pl.DataFrame, wide: pl.DataFrame, power: pl.DataFrame, state: ImportState,
+                      info: dict[str, dict[Any, Any]], factor: Callable[[str], float]) -> pl.DataFrame:
+    """Add each GPU/slice's attributes and its part of the physical GPU's power and energy (split over the
+    MIG instances by their fractions, counted once); records what was imported in `state`."""
+    wide, attrs = _attributes(long, wide, state, info)
     energy = _energy(long, state, factor("energy_j"))
     wide = (wide.join(attrs, on=KEY, how="left").join(power, on=["gpu_uuid", "ts"], how="left")
             .join(energy, on=["gpu_uuid", "ts"], how="left"))
@@ -176,14 +217,21 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
     state.power_gpus.update(wide.filter(pl.col("_power_w").is_not_null())["gpu_uuid"].unique().to_list())
     state.mig_gpus.update(wide.filter(pl.col("mig_instance") != NO_MIG)["gpu_uuid"].unique().to_list())
     state.imported.update(wide.select("gpu_uuid", "mig_instance").unique().iter_rows())
+    return wide
 
-    procs = _processes(long, shares, wide, factor)
+
+def _with_process_counts(wide: pl.DataFrame, procs: pl.DataFrame, state: ImportState) -> pl.DataFrame:
+    """Add `n_processes` (null where no pod or job was seen) and count the steps a GPU was held."""
     counts = procs.group_by([*KEY, "ts"]).agg(pl.len().alias("n_processes"))
     wide = wide.join(counts, on=[*KEY, "ts"], how="left")
     held = (pl.col("n_processes").is_not_null()) | (pl.col("_used_b") >= HELD_MEM_BYTES)
     state.held_steps += wide.filter(held).height
     state.held_attributed += wide.filter(pl.col("n_processes").is_not_null()).height
+    return wide
 
+
+def _sample_rows(wide: pl.DataFrame, mapping: Mapping, step_s: int, factor: Callable[[str], float]
+                 ) -> pl.DataFrame:
     def scaled(fld: str) -> pl.Expr:
         return (pl.col(fld) * factor(fld)).clip(0.0, 1.0)  # only rounding is left to clip (checked before)
 
@@ -192,7 +240,7 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
                 .otherwise(pl.lit(schema.MEASURED_DUTY)))
     sources = {m: schema.import_source(mapping.exporter, m)
                for m in (schema.MEASURED_SM, schema.MEASURED_ENGINE, schema.MEASURED_DUTY)}
-    samples = wide.select(
+    return wide.select(
         _ts(),
         pl.lit(float(step_s)).alias("interval_s"),
         "host", "gpu_uuid", "gpu_index", "gpu_name",
@@ -209,10 +257,11 @@ def build_rows(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, mapping
         .when(pl.col("_used_b") >= HELD_MEM_BYTES).then(1).otherwise(0).cast(pl.Int16).alias("n_processes"),
         measured.replace_strict(sources, return_dtype=pl.Utf8).alias("source"),
     )
-    processes = procs.select(_ts(), "host", "gpu_uuid", _mig(), pl.lit(None, pl.Int32).alias("pid"), "user",
-                             "job_id", "k8s_namespace", "k8s_pod", "pod_uid", "container", "mem_used_bytes",
-                             "sm_util")
-    return samples, processes
+
+
+def _process_rows(procs: pl.DataFrame) -> pl.DataFrame:
+    return procs.select(_ts(), "host", "gpu_uuid", _mig(), pl.lit(None, pl.Int32).alias("pid"), "user",
+                        "job_id", "k8s_namespace", "k8s_pod", "pod_uid", "container", "mem_used_bytes", "sm_util")
 
 
 def _mig_parents(series: pl.DataFrame, state: ImportState) -> pl.DataFrame:
