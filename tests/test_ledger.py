@@ -8,6 +8,7 @@ A hand-made node of 4 GPUs over 8 hours whose states are known by construction:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
@@ -567,3 +568,23 @@ def test_chargeback_tells_a_recreated_pod_by_its_uid(tmp_path: Path) -> None:
                  for r in jobs.iter_rows(named=True))
     a, b = 2 * swap, 2 * (n - swap)  # GPU-minutes
     assert got == [("ml/web-0", b, b, b / 2), ("ml/web-0", a, a, a / 2)]
+
+
+def test_the_matching_rule_is_one_numbered_list_naming_what_the_code_has() -> None:
+    """docs/importer.md states the ledger's matching rule in order, as one numbered list (1 to 9, nothing
+    between), and the functions, modules and ledger figures it names exist."""
+    import importlib
+    import re
+
+    from gpuaudit.analysis.result import Ledger
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "importer.md").read_text(encoding="utf-8")
+    section = text.split("## How the ledger matches an allocation to GPUs", 1)[1].split("\nTests:", 1)[0]
+    items = [int(m) for m in re.findall(r"^(\d+)\. ", section, flags=re.M)]
+    assert items == list(range(1, 10)), items
+    body = section[section.index("\n1. "):]
+    assert not re.search(r"\n\n(?!\d+\. )\S", body.rstrip()), "the list is broken by a paragraph"
+    for module, name in re.findall(r"analysis/(\w+)\.py `(\w+)`", section):
+        assert hasattr(importlib.import_module(f"gpuaudit.analysis.{module}"), name), (module, name)
+    assert {"unmapped_gpu_hours", "inferred_share"} <= {f.name for f in dataclasses.fields(Ledger)}
