@@ -22,7 +22,7 @@ import duckdb
 import pytest
 from tests.helpers import require_binary, run_cli
 from tests.prom_helpers import PromServer, start_prometheus
-from tests.test_metrics_prometheus import HOW, _start_agent, _stop
+from tests.test_metrics_prometheus import HOW, TRAIN_UID, _start_agent, _stop
 
 pytestmark = pytest.mark.prometheus
 
@@ -89,6 +89,12 @@ def test_import_round_trips_the_agent_metrics(tmp_path: Path, names: str) -> Non
             assert got[c] == pytest.approx(a[c], abs=0.01), (uuid, c, got, a)
         for c in AMOUNTS:
             assert got[c] == pytest.approx(a[c], rel=0.01), (uuid, c, got, a)
+    if names == "dcgm":  # the pod's UID rides on dcgm-exporter's pod_uid label into the process rows
+        con = duckdb.connect()
+        pods = con.execute(
+            "SELECT DISTINCT k8s_namespace, k8s_pod, pod_uid FROM read_parquet(?, hive_partitioning = true, "
+            "union_by_name = true)", [str(tmp_path / "imported" / "gpu_processes" / "**" / "*.parquet")]).fetchall()
+        assert pods == [("ml", "train-0", TRAIN_UID)], pods
 
 
 def test_every_preset_is_an_import_source() -> None:

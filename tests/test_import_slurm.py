@@ -337,3 +337,34 @@ def test_cli_help_says_a_header_line_is_required() -> None:
     r = run_cli("import", "slurm", "--help")
     assert r.returncode == 0
     assert "header line" in " ".join(r.stdout.split())
+
+
+def test_the_telemetry_says_how_a_multi_node_job_was_spread(tmp_path: Path) -> None:
+    """sacct's text without step rows does not say how job 9's 8 GPUs were spread over n1 and n2; the dataset's
+    processes do: its job id (the cgroup's SLURM_JOB_ID, JobIDRaw) on 6 GPUs of n1 and 2 of n2 while it ran.
+    The rows say 6 and 2, not 4 and 4, and the even-split warning names only job 11, which no process shows.
+    Job 10's process on n2 and job 9's id on a GPU after its end are not job 9's spread."""
+    from analysis_helpers import ends, gpu_rows, proc_rows, write
+    from gpuaudit.importer.slurm import import_sacct
+
+    t0 = datetime(2026, 1, 5, 10, tzinfo=UTC)
+    samples, procs = [], []
+    held = {("n1", k): "9" for k in range(6)} | {("n2", 0): "9", ("n2", 1): "9", ("n2", 2): "10"}
+    for host in ("n1", "n2", "n3", "n4"):
+        for k in range(8):
+            rows = gpu_rows(host, f"GPU-{host}-{k}", 180, start=t0)  # 10:00 to 13:00
+            samples += rows
+            job = held.get((host, k))
+            if job:
+                procs += proc_rows(host, f"GPU-{host}-{k}", ends(rows, lambda i: i < 120), job_id=job)
+    late = gpu_rows("n2", "GPU-n2-7", 180, start=t0)
+    procs += proc_rows("n2", "GPU-n2-7", ends(late, lambda i: i >= 150), job_id="9")  # 12:30 on: after its end
+    write(tmp_path, samples, procs)
+    text = ("JobID|JobIDRaw|State|Start|End|NodeList|AllocTRES\n"
+            "9|9|COMPLETED|2026-01-05T10:00:00|2026-01-05T12:00:00|n[1-2]|cpu=16,gres/gpu=8,node=2\n"
+            "11|11|COMPLETED|2026-01-05T10:00:00|2026-01-05T12:00:00|n[3-4]|cpu=16,gres/gpu=8,node=2\n")
+    summary = import_sacct(tmp_path, text, tz=UTC, now=NOW)
+    with open_dataset(tmp_path) as ds:
+        got = ds.fetchall("SELECT job_id, host, gpus FROM allocations ORDER BY job_id, host")
+    assert got == [("11", "n3", 4), ("11", "n4", 4), ("9", "n1", 6), ("9", "n2", 2)]
+    assert len(summary.warnings) == 1 and "1 multi-node job (e.g. 11)" in summary.warnings[0], summary.warnings

@@ -8,6 +8,7 @@ A hand-made node of 4 GPUs over 8 hours whose states are known by construction:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
@@ -530,3 +531,60 @@ def test_outside_allocation_warning_reaches_the_report_and_the_terminal(tmp_path
     err = capsys.readouterr().err
     assert "warning: 14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside" in err
     assert "ran outside any imported allocation" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+
+
+def test_chargeback_tells_a_recreated_pod_by_its_uid(tmp_path: Path) -> None:
+    """A StatefulSet pod ml/web-0 (uid-a) holds g0, g1 from 0:00 to 2:40 and is deleted; its next incarnation
+    (uid-b, the same name) holds g2, g3 from 2:40 to 4:00, SM 0.5 while held. kube-state-metrics gives each
+    incarnation its own `uid` (internal/store/pod.go): two allocation rows, job_id ml/web-0, job_id_raw the UID;
+    the processes carry the pod_uid (the agent's cgroup). Matched by name only, the two were one job of 8 GPU-h;
+    matched by UID first (as the ledger does, analysis/jobkeys.py), each is its own job with its own hours."""
+    from gpuaudit.analysis import utilization as ut
+    from gpuaudit.analysis.chargeback import job_table
+    from gpuaudit.analysis.stage1.rollup import load_rollups
+
+    n, swap = 4 * HOUR, 160  # samples; uid-a's last sample ends at 2:40
+    pods = {"uid-a": (("g0", "g1"), lambda i: i < swap), "uid-b": (("g2", "g3"), lambda i: i >= swap)}
+    samples, procs = [], []
+    for uid, (gpus, on) in pods.items():
+        for g in gpus:
+            rows = gpu_rows("n1", g, n, sm=lambda i, on=on: 0.5 if on(i) else 0.0, procs=lambda i, on=on: int(on(i)))
+            samples += rows
+            procs += [r | {"pod_uid": uid} for r in proc_rows("n1", g, ends(rows, on), pod="web-0")]
+    write(tmp_path, samples)
+    store.write_table(tmp_path, schema.PROCESSES, pl.DataFrame(procs, infer_schema_length=None).with_columns(
+        pl.col("mig_instance").cast(pl.Int16), pl.col("pid").cast(pl.Int32)))
+    swap_h = swap / HOUR
+    allocs = [_alloc("ml/web-0", "n1", 2, 0, swap_h) | {"job_id_raw": "uid-a"},
+              _alloc("ml/web-0", "n1", 2, swap_h, 4) | {"job_id_raw": "uid-b"}]
+    allocs = [a | {"source": schema.ALLOC_SOURCE_KUBERNETES, "namespace": "ml", "account": None,
+                   "partition": None, "state": "Succeeded"} for a in allocs]
+    write_allocations(tmp_path, frame(allocs), schema.ALLOC_SOURCE_KUBERNETES)
+    roll = load_rollups(tmp_path, cache=False)
+    assert roll.holders.select("pod_uid").unique().sort("pod_uid")["pod_uid"].to_list() == ["uid-a", "uid-b"]
+    jobs, _ = job_table(ut.holder_hours(roll), roll.allocations, T0.timestamp(),
+                        (T0 + dt.timedelta(hours=4)).timestamp())
+    got = sorted((r["job"], round(r["allocated_s"] / 60, 6), round(r["held_s"] / 60, 6), round(r["real_s"] / 60, 6))
+                 for r in jobs.iter_rows(named=True))
+    a, b = 2 * swap, 2 * (n - swap)  # GPU-minutes
+    assert got == [("ml/web-0", b, b, b / 2), ("ml/web-0", a, a, a / 2)]
+
+
+def test_the_matching_rule_is_one_numbered_list_naming_what_the_code_has() -> None:
+    """docs/importer.md states the ledger's matching rule in order, as one numbered list (1 to 9, nothing
+    between), and the functions, modules and ledger figures it names exist."""
+    import importlib
+    import re
+
+    from gpuaudit.analysis.result import Ledger
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "docs" / "importer.md").read_text(encoding="utf-8")
+    section = text.split("## How the ledger matches an allocation to GPUs", 1)[1].split("\nTests:", 1)[0]
+    items = [int(m) for m in re.findall(r"^(\d+)\. ", section, flags=re.M)]
+    assert items == list(range(1, 10)), items
+    body = section[section.index("\n1. "):]
+    assert not re.search(r"\n\n(?!\d+\. )\S", body.rstrip()), "the list is broken by a paragraph"
+    for module, name in re.findall(r"analysis/(\w+)\.py `(\w+)`", section):
+        assert hasattr(importlib.import_module(f"gpuaudit.analysis.{module}"), name), (module, name)
+    assert {"unmapped_gpu_hours", "inferred_share"} <= {f.name for f in dataclasses.fields(Ledger)}

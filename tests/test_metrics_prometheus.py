@@ -37,6 +37,7 @@ pytestmark = pytest.mark.prometheus
 HOW = "install Prometheus (it ships promtool): apt-get install --no-install-recommends prometheus"
 AGENTS = REPO / "agents"
 GIB = 1024 * fakenvml.MIB
+TRAIN_UID = "3f2a9c1e-7b4d-4e8a-9c2f-1d5e6a7b8c90"  # train-0's pod UID (the agent reads it from the cgroup)
 
 
 def _loads(t: float) -> list[fakenvml.Load]:
@@ -46,7 +47,8 @@ def _loads(t: float) -> list[fakenvml.Load]:
     return [
         fakenvml.Load(sm_active=0.6, sm_occupancy=0.3, tensor_active=0.4, dram_active=0.5, duty_cycle=0.95,
                       mem_used_bytes=40 * GIB, power_w=500.0,
-                      processes=[P(pid=101, user="root", k8s_namespace="ml", k8s_pod="train-0", container="trainer")]),
+                      processes=[P(pid=101, user="root", k8s_namespace="ml", k8s_pod="train-0", container="trainer",
+                                   pod_uid=TRAIN_UID)]),
         fakenvml.Load(sm_active=0.01, duty_cycle=0.9, mem_used_bytes=20 * GIB, power_w=120.0,
                       processes=[P(pid=202, user="bob", job_id="4242")]),
         fakenvml.Load(),
@@ -138,9 +140,11 @@ def test_interval_averages_labels_and_holders(agent: Running) -> None:
     power = {s.labels["gpu_index"]: s.value for s in fam["gpuaudit_gpu_power_watts"].samples}
     assert power["0"] == pytest.approx(500.0)  # the energy counter's delta over exactly one interval
     assert {s.labels["gpu_index"]: s.value for s in fam["gpuaudit_gpu_memory_used_bytes"].samples}["3"] == 30 * GIB
-    holders = {(s.labels["gpu_index"], s.labels["user"], s.labels["job_id"], s.labels["k8s_pod"]): s.value
-               for s in fam["gpuaudit_gpu_holder_processes"].samples}
-    assert holders == {("0", "root", "", "train-0"): 1.0, ("1", "bob", "4242", ""): 1.0, ("3", "carol", "77", ""): 2.0}
+    holders = {(s.labels["gpu_index"], s.labels["user"], s.labels["job_id"], s.labels["k8s_pod"],
+                s.labels["pod_uid"]): s.value for s in fam["gpuaudit_gpu_holder_processes"].samples}
+    assert holders == {("0", "root", "", "train-0", TRAIN_UID): 1.0, ("1", "bob", "4242", "", ""): 1.0,
+                       ("3", "carol", "77", "", ""): 2.0}
+    assert set(next(iter(fam["gpuaudit_gpu_holder_processes"].samples)).labels) == set(metrics.HOLDER_LABELS)
     energy = [s.value for s in fam["gpuaudit_gpu_energy_joules"].samples if s.name.endswith("_total")]
     assert len(energy) == 4 and all(e > 0 for e in energy)
     counters = {s.name: s.value for f in fam.values() for s in f.samples if s.name.startswith("gpuaudit_agent_")}
@@ -158,6 +162,8 @@ def test_dcgm_names_units_and_labels(agent: Running) -> None:
     assert set(fb["0"].labels) == set(metrics.DCGM_LABELS)
     assert (fb["0"].labels["pod"], fb["0"].labels["namespace"], fb["0"].labels["container"]) == \
         ("train-0", "ml", "trainer")
+    # dcgm-exporter's label with --kubernetes-enable-pod-uid (internal/pkg/transformation/const.go uidAttribute)
+    assert fb["0"].labels["pod_uid"] == TRAIN_UID and fb["1"].labels["pod_uid"] == ""
     assert fb["0"].labels["Hostname"] == "node-a" and fb["0"].labels["modelName"].startswith("NVIDIA H100")
     assert fb["1"].labels["pod"] == ""
     util = {s.labels["gpu"]: s.value for s in fam["DCGM_FI_DEV_GPU_UTIL"].samples}

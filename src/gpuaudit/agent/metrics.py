@@ -45,12 +45,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GPU_LABELS = ("host", "gpu_uuid", "gpu_index", "gpu_name", "mig_instance", "mig_profile")
 # The dataset's column names: none clashes with a label Prometheus or the Operator attaches to a target (job,
 # instance, pod, namespace, container), so no relabelling or honor_labels is needed.
+# pod_uid: the pod's UID from its cgroup, so a StatefulSet pod recreated under the same name is told apart.
 HOLDER_LABELS = ("host", "gpu_uuid", "gpu_index", "mig_instance", "k8s_namespace", "k8s_pod", "k8s_container",
-                 "job_id", "user")
+                 "pod_uid", "job_id", "user")
 # dcgm-exporter's labels, as its exposition template writes them (gpu, UUID, device, modelName, GPU_I_PROFILE,
-# GPU_I_ID, Hostname) plus its Kubernetes pod mapper's pod, namespace, container.
+# GPU_I_ID, Hostname) plus its Kubernetes pod mapper's pod, namespace, container and, with
+# --kubernetes-enable-pod-uid, pod_uid (internal/pkg/transformation/const.go uidAttribute).
 DCGM_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "GPU_I_ID", "GPU_I_PROFILE",
-               "pod", "namespace", "container")
+               "pod", "namespace", "container", "pod_uid")
 
 # gpuaudit name -> (row key, help, scale). Fractions 0-1, bytes, watts.
 GPU_GAUGES: tuple[tuple[str, str, str, float], ...] = (
@@ -148,7 +150,7 @@ class MetricsState:
             held[(_s(unit.get("host")), _s(unit.get("gpu_uuid")), _s(unit.get("gpu_index")),
                   _s(unit.get("mig_instance")),
                   _s(p.get("k8s_namespace")), _s(p.get("k8s_pod")), _s(p.get("container")),
-                  _s(p.get("job_id")), _s(p.get("user")))] += 1
+                  _s(p.get("pod_uid")), _s(p.get("job_id")), _s(p.get("user")))] += 1
         ru = resource.getrusage(resource.RUSAGE_SELF)
         counters = {**counters, "cpu_seconds": ru.ru_utime + ru.ru_stime, "peak_rss_bytes": ru.ru_maxrss * 1024.0}
         ts = max((r["ts"].timestamp() for r in rows), default=None)
@@ -203,18 +205,18 @@ class AgentCollector(Collector):
 
     def _dcgm(self, snap: Snapshot) -> Iterable[Metric]:
         # dcgm-exporter emits one series per pod holding the GPU (its pod labels), or one without pod labels.
-        pods: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        pods: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
         for hl, _n in snap.holders:
-            if hl[5]:  # (pod, namespace, container) in dcgm-exporter's order
+            if hl[5]:  # (pod, namespace, container, pod_uid) in dcgm-exporter's order
                 ent = pods.setdefault((hl[1], hl[3]), [])
-                if (hl[5], hl[4], hl[6]) not in ent:
-                    ent.append((hl[5], hl[4], hl[6]))
+                if (hl[5], hl[4], hl[6], hl[7]) not in ent:
+                    ent.append((hl[5], hl[4], hl[6], hl[7]))
         series: list[tuple[dict[str, Any], list[str]]] = []
         for r in snap.rows:
             base = [_s(r.get("gpu_index")), _s(r.get("gpu_uuid")), f"nvidia{_s(r.get('gpu_index'))}",
                     _s(r.get("gpu_name")), _s(r.get("host")),
                     _s(r.get("mig_instance")), _s(r.get("mig_profile"))]
-            for pod in pods.get(_unit_key(r)) or [("", "", "")]:
+            for pod in pods.get(_unit_key(r)) or [("", "", "", "")]:
                 series.append((r, [*base, *pod]))
         for name, key, doc, scale in DCGM_GAUGES:
             g = GaugeMetricFamily(name, doc, labels=DCGM_LABELS)

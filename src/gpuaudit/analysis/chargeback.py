@@ -3,8 +3,10 @@ cost of the idle part, and the jobs that wasted GPUs (as Princeton's Job Defense
 
 Per job: `allocated` from the scheduler's allocations (gpus × overlap with the trial window, exact), `held` and
 `real` from the per-GPU-hour attribution of held time to the processes' (user, job, pod) (utilization.py), the
-two joined by job id (Slurm JobID / JobIDRaw against the processes' job id; Kubernetes namespace/pod or pod
-UID). A job's group keys come from its allocation (user, account, partition, namespace), else from its
+two joined as the ledger joins them (analysis/jobkeys.py `matches`: Slurm JobID / JobIDRaw against the processes'
+job id, Kubernetes pod UID first, else namespace/pod, each on the allocation's host in the hours it overlaps). A
+Kubernetes job is one pod incarnation (its UID): a StatefulSet pod recreated under the same name is two jobs. A
+job's group keys come from its allocation (user, account, partition, namespace), else from its
 processes (user, namespace; account and partition "(no allocation)"). Rows sum to the fleet totals: allocated
 to the scheduler's GPU-hours in the window, held to R, real to S (SM activity outside any held time is the row
 "(no process)").
@@ -22,7 +24,9 @@ import polars as pl
 
 from gpuaudit.analysis import jobkeys
 from gpuaudit.analysis.figure import Table, TableColumn
+from gpuaudit.analysis.ledger import split_hours
 from gpuaudit.analysis.result import Chargeback
+from gpuaudit.schema import ALLOC_SOURCE_KUBERNETES
 
 H = 3600.0
 KEYS = ("account", "user", "partition", "namespace")
@@ -40,19 +44,38 @@ def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.
             "alloc_gpus": pl.Float64, "a_usd": pl.Float64}
     if alloc is None or not alloc.height:
         return pl.DataFrame(schema=spec)
-    a = alloc.with_columns(
+    a = _with_jkey(alloc).with_columns(
         (pl.min_horizontal(pl.col("end_s"), pl.lit(end_s)) - pl.max_horizontal(pl.col("start_s"), pl.lit(start_s)))
         .clip(lower_bound=0.0).alias("dur_s"))
     a = a.sort(a.columns, nulls_last=True)  # a fixed order (see job_table)
-    return a.group_by("source", "job_id", maintain_order=True).agg(
+    return a.group_by("jkey", "source", "job_id", maintain_order=True).agg(
         pl.col("job_id_raw").drop_nulls().first(), pl.col("user").drop_nulls().first().alias("a_user"),
         pl.col("account").drop_nulls().first(), pl.col("partition").drop_nulls().first(),
         pl.col("namespace").drop_nulls().first().alias("a_namespace"),
         (pl.col("gpus") * pl.col("dur_s")).sum().alias("allocated_s"), pl.col("gpus").sum().alias("alloc_gpus"),
         ((pl.col("gpus") * pl.col("dur_s") * pl.col("usd")).sum()
          / (pl.col("gpus") * pl.col("dur_s")).sum()).fill_nan(None).alias("a_usd"),
-    ).with_columns((pl.col("source") + ":" + pl.col("job_id")).alias("jkey"),
-                   pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
+    ).with_columns(pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
+
+
+def _with_jkey(alloc: pl.DataFrame) -> pl.DataFrame:
+    """A job's key: source:job_id, and for a Kubernetes pod its UID too (one incarnation of the name)."""
+    jkey = pl.col("source") + ":" + pl.col("job_id")
+    k8s = (pl.col("source") == ALLOC_SOURCE_KUBERNETES) & pl.col("job_id_raw").is_not_null()
+    return alloc.with_columns(pl.when(k8s).then(jkey + "@" + pl.col("job_id_raw")).otherwise(jkey).alias("jkey"))
+
+
+def _owners(hh: pl.DataFrame, alloc: pl.DataFrame | None, jobs: pl.DataFrame, start_s: float,
+            end_s: float) -> pl.DataFrame:
+    """(hid, jkey): the allocated job each holder row belongs to, by the ledger's rule (jobkeys.matches); a row
+    two jobs match goes to the one matched by pod UID, else the first in the jobs' fixed order."""
+    if alloc is None or not alloc.height:
+        return pl.DataFrame(schema={"hid": pl.UInt32, "jkey": pl.String})
+    ah = split_hours(_with_jkey(alloc), start_s, end_s)
+    rank = jobs.select("jkey").with_row_index("rank")
+    hit = jobkeys.matches(ah, "jkey", hh, ["hid"]).join(rank, on="jkey")
+    return hit.sort("hid", "by_uid", "rank", descending=[False, True, False]).unique(
+        "hid", keep="first", maintain_order=True).select("hid", "jkey")
 
 
 def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
@@ -61,21 +84,20 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
     per job per hour: held/real seconds)."""
     prices = prices or Prices(0.0)
     jobs = _alloc_jobs(prices.on_hosts(alloc), start_s, end_s)
-    keys = jobkeys.alloc_keys(jobs, "jkey", "job").unique("key", keep="first", maintain_order=True)
     # Rows in a fixed order and groups summed in it: the same dataset read from another copy (S3, a collection
     # target) lists its files in another order, and float sums must not differ in their last bits.
-    hh = prices.on_gpus(holder_hours.sort(holder_hours.columns, nulls_last=True)).with_columns(
-        jobkeys.holder_key().alias("key"))
-    # A pod seen by UID only: match the UID too.
-    uid = hh.filter(pl.col("key").is_null() & (pl.col("k8s_pod") != "")).with_columns(
-        jobkeys.uid_key().alias("key"))
-    hh = pl.concat([hh.filter(~(pl.col("key").is_null() & (pl.col("k8s_pod") != ""))), uid])
-    hh = hh.join(keys, on="key", how="left")
+    hh = prices.on_gpus(holder_hours.sort(holder_hours.columns, nulls_last=True))
+    if "pod_uid" not in hh.columns:
+        hh = hh.with_columns(pl.lit("").alias("pod_uid"))
+    hh = hh.with_row_index("hid")
+    hh = hh.join(_owners(hh, alloc, jobs, start_s, end_s), on="hid", how="left", maintain_order="left")
     pod_key = pl.when(pl.col("k8s_pod") != "").then(pl.col("k8s_namespace") + "/" + pl.col("k8s_pod"))
-    # Holders without an allocation: their own job (or pod) is the job; held time of no job is its user's.
+    incarnation = pl.when(pl.col("pod_uid") != "").then(pod_key + "@" + pl.col("pod_uid")).otherwise(pod_key)
+    # Holders without an allocation: their own job (or pod incarnation) is the job; held time of no job is its
+    # user's.
     hh = hh.with_columns(pl.coalesce(
         pl.col("jkey"),
-        pl.when(pl.col("job_id") != "").then("proc:" + pl.col("job_id")).otherwise("proc:" + pod_key),
+        pl.when(pl.col("job_id") != "").then("proc:" + pl.col("job_id")).otherwise("proc:" + incarnation),
         "user:" + pl.col("user")).alias("jkey"))
     per_hour = hh.group_by("jkey", "hour_s", maintain_order=True).agg(pl.col("held_s", "real_s", "idle_held_s").sum(),
                                                  pl.col("gpu_uuid").n_unique().alias("gpus"))

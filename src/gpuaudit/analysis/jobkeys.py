@@ -7,7 +7,10 @@ An allocation (gpu_allocations) and a holder (gpu_processes, per GPU-hour) are j
     u:<uid>            Kubernetes: the allocation's job_id_raw (pod UID); the process's pod_uid (the agent's
                        cgroup, dcgm-exporter's pod_uid label), and its k8s_pod where only the UID is known
 
-Every allocation source other than Kubernetes is keyed as Slurm (a job id).
+Every allocation source other than Kubernetes is keyed as Slurm (a job id). The rule (`matches`, the one the
+ledger and the chargeback both use): an allocation matches the holders of its keys on its host in the hours it
+overlaps; where some of them match by pod UID, only those (a StatefulSet's next pod reuses the name, never the
+UID).
 """
 
 from __future__ import annotations
@@ -51,6 +54,19 @@ def holder_keys(h: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
         h.filter(pl.col("k8s_pod") != "").select(*cols, (UID + pl.col("k8s_pod")).alias("key")),
         *uid,
     ]).unique()
+
+
+def matches(alloc_hours: pl.DataFrame, id_col: str, holders: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    """(id_col, host, hour_s, *cols, key, by_uid): the holder rows each allocation matches. `alloc_hours` has
+    one row per allocation per host-hour it overlaps (id_col, source, job_id, job_id_raw, host, hour_s);
+    `holders` one per holder per host-hour, `cols` naming a holder row (its GPU, or a row id)."""
+    keys = alloc_keys(alloc_hours.select(id_col, "source", "job_id", "job_id_raw").unique(id_col, maintain_order=True),
+                      id_col, "job_id").unique(maintain_order=True)
+    hits = keys.join(holder_keys(holders, ["host", "hour_s", *cols]), on="key").join(
+        alloc_hours.select(id_col, "host", "hour_s").unique(), on=[id_col, "host", "hour_s"], how="semi")
+    hits = hits.with_columns(pl.col("key").str.starts_with(UID).alias("by_uid"))
+    by_uid = hits.filter(pl.col("by_uid"))
+    return pl.concat([by_uid, hits.join(by_uid.select(id_col).unique(), on=id_col, how="anti")])
 
 
 def holder_key() -> pl.Expr:

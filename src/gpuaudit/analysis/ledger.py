@@ -79,14 +79,9 @@ def split_hours(alloc: pl.DataFrame, start_s: float, end_s: float) -> pl.DataFra
 
 
 def _used_gpus(ah: pl.DataFrame, holders: pl.DataFrame) -> pl.DataFrame:
-    """(aid, GPU) pairs: the GPUs whose holders match the allocation's key in an hour the allocation overlaps,
-    on its host. Where a holder matches by pod UID in those hours, the name's other holders are not used."""
-    keys = jobkeys.alloc_keys(ah.select("aid", "source", "job_id", "job_id_raw").unique("aid"), "aid", "job_id")
-    hits = keys.unique().join(jobkeys.holder_keys(holders, ["host", *_GPU[1:], "hour_s"]), on="key").join(
-        ah.select("aid", "host", "hour_s").unique(), on=["aid", "host", "hour_s"], how="semi")
-    by_uid = hits.filter(pl.col("key").str.starts_with(jobkeys.UID))
-    hits = pl.concat([by_uid, hits.join(by_uid.select("aid").unique(), on="aid", how="anti")])
-    return hits.select("aid", *_GPU).unique()
+    """(aid, GPU) pairs: the GPUs whose holders match the allocation (jobkeys.matches: its key, on its host, in an
+    hour it overlaps; by pod UID where it can)."""
+    return jobkeys.matches(ah, "aid", holders, _GPU[1:]).select("aid", *_GPU).unique()
 
 
 def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.DataFrame | None,

@@ -293,15 +293,19 @@ def utilization(roll: Rollups, t: Totals) -> Utilization:
 def holder_hours(roll: Rollups) -> pl.DataFrame:
     """Held and real GPU-seconds per (user, job, pod) per GPU-hour: each holder gets a share of the
     GPU-hour's held time (and of the SM activity while held) proportional to its process rows in that
-    hour; held time with no process rows is attributed to '(unattributed)'."""
+    hour; held time with no process rows is attributed to '(unattributed)'. The pod UID (empty where unknown)
+    rides along: the chargeback matches a Kubernetes allocation by it first."""
     keys = ["gpu_uuid", "mig_instance", "hour_s"]
     g = roll.gpu_hours.select(*keys, "host", "held_s", "real_held_s", "idle_held_s")
     h = roll.holders
     if h.height:
         h = h.with_columns((pl.col("process_samples") / pl.col("process_samples").sum().over(keys)).alias("frac"))
-        joined = h.select(*keys, "user", "job_id", "k8s_namespace", "k8s_pod", "frac").join(g, on=keys, how="inner")
+        if "pod_uid" not in h.columns:
+            h = h.with_columns(pl.lit("").alias("pod_uid"))
+        joined = h.select(*keys, "user", "job_id", "k8s_namespace", "k8s_pod", "pod_uid", "frac").join(
+            g, on=keys, how="inner")
         attributed = joined.select(
-            "host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod",
+            "host", "gpu_uuid", "mig_instance", "hour_s", "user", "job_id", "k8s_namespace", "k8s_pod", "pod_uid",
             (pl.col("frac") * pl.col("held_s")).alias("held_s"),
             (pl.col("frac") * pl.col("real_held_s")).alias("real_s"),
             (pl.col("frac") * pl.col("idle_held_s")).alias("idle_held_s"),
@@ -314,7 +318,8 @@ def holder_hours(roll: Rollups) -> pl.DataFrame:
     orphan = orphan.filter(pl.col("held_s") > 0).select(
         "host", "gpu_uuid", "mig_instance", "hour_s",
         pl.lit("(unattributed)").alias("user"), pl.lit("").alias("job_id"), pl.lit("").alias("k8s_namespace"),
-        pl.lit("").alias("k8s_pod"), "held_s", pl.col("real_held_s").alias("real_s"), "idle_held_s",
+        pl.lit("").alias("k8s_pod"), pl.lit("").alias("pod_uid"), "held_s", pl.col("real_held_s").alias("real_s"),
+        "idle_held_s",
     )
     parts = [orphan] if attributed is None else [attributed.cast(orphan.schema), orphan]
     return pl.concat(parts)

@@ -22,8 +22,13 @@ Facts of the format this relies on (Slurm's sacct man page and src/sacct/print.c
   GRES on its first node (`gres_stepmgr_gres_on_node_as_tres(job's GRES, node 0)`), exactly; any other step
   its own, so a step on one node is at least what that node was allocated. Per node (`per_host`): the first
   node's GPUs from a batch or interactive step, each other node at least its one-node steps', the rest split
-  evenly over the nodes no step accounts for; where the steps say nothing (no such step, or figures that do not
-  add up) the GPUs are split evenly over all the job's nodes, and the import says for how many jobs.
+  evenly over the nodes no step accounts for. Where the steps say nothing (no such step, or figures that do not
+  add up), the dataset's telemetry may: the import reads its processes (`gpu_processes`, through the store's
+  reader) for the job's JobID / JobIDRaw on the job's nodes in the job's window, and a node's share is at least
+  the GPUs its processes held there (a process can only use a GPU allocated to it), by the same rule as a
+  one-node step's. Still unsaid (no telemetry yet, figures that contradict the job, a MIG job: its slices are
+  not whole GPUs), the GPUs are split evenly over all the job's nodes, and the import says for how many jobs.
+  The telemetry is read at import time, so import the allocations after the telemetry of their window.
 - `sacct --json` (Slurm's data_parser plugin, v0.0.43 to v0.0.46: src/plugins/data_parser/*/parsers.c) prints
   {"jobs": [...]}: per job job_id (JobIDRaw), array {job_id, task_id {set, number}}, het {job_id, job_offset},
   user, account, partition, state {current: [...]}, time {start, end} (UNIX seconds, or {set, number}; 0
@@ -70,14 +75,29 @@ class SlurmImport:
     skipped: Counter[str] = field(default_factory=Counter)  # why job rows were left out
     examples: dict[str, str] = field(default_factory=dict)  # a job id per reason, for the message
     even_split: int = 0  # multi-node jobs whose steps do not say how their GPUs were spread (split evenly)
+    unsaid: list[Unsaid] = field(default_factory=list)  # those jobs, for the telemetry to say (split_by_held)
 
     def warnings(self) -> list[str]:
         if not self.even_split:
             return []
         n = self.even_split
         return [f"{n} multi-node job{'s' if n > 1 else ''} (e.g. {self.examples[EVEN_SPLIT]}): GPUs split evenly "
-                "over the nodes where their steps do not say how they were spread (import sacct --json, or the "
-                "text with its step rows, to read it from the steps)"]
+                "over the nodes where neither their steps nor the dataset's processes say how they were spread "
+                "(import sacct --json, or the text with its step rows, or import after the telemetry)"]
+
+
+@dataclass
+class Unsaid:
+    """A multi-node job split evenly because its steps do not say how: what the telemetry needs to say it."""
+
+    job: str
+    ids: tuple[str, ...]  # JobID and JobIDRaw: what the processes' job id may be
+    rows: list[int]  # its rows in SlurmImport.rows, one per host
+    hosts: list[str]
+    start: datetime
+    end: datetime
+    total: float
+    steps: list[dict[str, str]]
 
 
 def zone(name: str | None) -> tzinfo | None:
@@ -247,6 +267,10 @@ def _job_row(row: dict[str, str], where: str, tz: tzinfo | None, now: datetime, 
     if not said:
         out.even_split += 1
         out.examples.setdefault(EVEN_SPLIT, job)
+        if gpus.mig_profile is None:
+            ids = tuple(dict.fromkeys(i for i in (job, raw) if i))
+            out.unsaid.append(Unsaid(job, ids, list(range(len(out.rows), len(out.rows) + len(hosts))), hosts, start,
+                                     end, gpus.gpus, steps))
     for host in hosts:
         out.rows.append({
             "job_id": job, "job_id_raw": raw, "user": row.get("user") or None,
@@ -261,13 +285,15 @@ _EPS = 1e-9
 EVEN_SPLIT = "split evenly"  # the examples' key of a multi-node job whose steps do not say how
 
 
-def per_host(hosts: list[str], total: float, steps: list[dict[str, str]]) -> tuple[dict[str, float], bool]:
-    """(GPUs per host, whether the steps said how) for a job of `total` GPU equivalents on `hosts` (see the
-    module doc). A one-node job: all of them there."""
+def per_host(hosts: list[str], total: float, steps: list[dict[str, str]],
+             held: dict[str, int] | None = None) -> tuple[dict[str, float], bool]:
+    """(GPUs per host, whether the steps, or `held`, said how) for a job of `total` GPU equivalents on `hosts`
+    (see the module doc). `held`: per host, the GPUs the job's processes held there. A one-node job: all of
+    them there."""
     if len(hosts) == 1:
         return {hosts[0]: total}, True
     exact: dict[str, float] = {}
-    least: dict[str, float] = {}
+    least: dict[str, float] = {h: float(n) for h, n in (held or {}).items() if h in hosts and n > 0}
     for step in steps:
         try:
             got = parse_tres(step.get("alloctres", ""), step["jobid"])
@@ -296,6 +322,48 @@ def per_host(hosts: list[str], total: float, steps: list[dict[str, str]]) -> tup
     shares = {h: fixed.get(h, share) for h in hosts}
     # Said: at most one node's share is left to the even split (the rest follows from the total).
     return shares, len(free) <= 1
+
+
+def split_by_held(out: SlurmImport, held: dict[str, dict[str, dict[str, tuple[datetime, datetime]]]]) -> None:
+    """Re-split the evenly split jobs of `out` where the telemetry says how: `held` is per job id, per host, per
+    GPU the first and last time a process of that job id held it."""
+    still = []
+    for u in out.unsaid:
+        seen: dict[str, int] = {}
+        for i in u.ids:
+            for host, gpus in held.get(i, {}).items():
+                n = sum(1 for t0, t1 in gpus.values() if t0 <= u.end and t1 >= u.start)
+                seen[host] = max(seen.get(host, 0), n)
+        shares, said = per_host(u.hosts, u.total, u.steps, seen) if seen else ({}, False)
+        if not said:
+            still.append(u)
+            continue
+        for k in u.rows:
+            out.rows[k]["gpus"] = shares[out.rows[k]["host"]]
+        out.even_split -= 1
+    out.unsaid = still
+    out.examples.pop(EVEN_SPLIT, None)
+    if out.even_split:
+        out.examples[EVEN_SPLIT] = still[0].job if still else "?"
+
+
+def held_gpus(root: Any, unsaid: list[Unsaid]) -> dict[str, dict[str, dict[str, tuple[datetime, datetime]]]]:
+    """Per job id of `unsaid`, per host, per GPU: the first and last process row of that job id (the dataset's
+    processes, read through the store); empty when the dataset has none."""
+    from pathlib import Path
+
+    from gpuaudit.store import local_root, open_dataset
+
+    if not unsaid or not (Path(local_root(root)) / schema.PROCESSES).is_dir():
+        return {}
+    ids = sorted({i for u in unsaid for i in u.ids})
+    with open_dataset(root) as ds:
+        rows = ds.fetchall("SELECT job_id, host, gpu_uuid, min(ts), max(ts) FROM processes "
+                           "WHERE list_contains(?, job_id) GROUP BY ALL", [ids])
+    out: dict[str, dict[str, dict[str, tuple[datetime, datetime]]]] = {}
+    for job, host, gpu, t0, t1 in rows:
+        out.setdefault(job, {}).setdefault(host, {})[gpu] = (t0, t1)
+    return out
 
 
 def json_records(text: str) -> list[tuple[str, dict[str, str]]]:
@@ -434,6 +502,8 @@ def import_sacct(root: Any, text: str, *, tz: tzinfo | None = None, now: datetim
     from gpuaudit.importer.allocations import store_rows
 
     parsed = parse_sacct(text, tz=tz, now=now)
+    if parsed.unsaid:
+        split_by_held(parsed, held_gpus(root, parsed.unsaid))
     examples = {k: v for k, v in parsed.examples.items() if k != EVEN_SPLIT}
     return store_rows(root, parsed.rows, SOURCE, parsed.jobs, parsed.skipped, examples,
                       warnings=parsed.warnings())

@@ -488,7 +488,7 @@ class FakeNvml:
         if p is None:
             return {}
         return {k: getattr(p, k, None) for k in ("user", "job_id", "command", "k8s_namespace", "k8s_pod",
-                                                  "container")}
+                                                  "container", "pod_uid")}
 
 
 def make(profile_name: str, n_gpus: int = 8, load: LoadFn | None = None, *,

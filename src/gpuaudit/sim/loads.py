@@ -21,6 +21,7 @@ class ProcessLoad:
     k8s_namespace: str | None = None
     k8s_pod: str | None = None
     container: str | None = None
+    pod_uid: str | None = None  # what the agent reads from a pod's cgroup path
 
 
 @dataclass(frozen=True)
