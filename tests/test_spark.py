@@ -55,6 +55,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(workdir)
         s = session()
+    # Kilobytes of data: Spark's fixed costs per query (code generation, adaptive re-planning, 8 shuffle
+    # partitions) were most of this module's minute. They change how Spark runs a query, not what it computes.
+    s.conf.set("spark.sql.codegen.wholeStage", "false")
+    s.conf.set("spark.sql.adaptive.enabled", "false")
+    s.conf.set("spark.sql.shuffle.partitions", "2")
     s.workdir = workdir
     yield s
     s.stop()
