@@ -432,5 +432,6 @@ def test_cli_port_in_use_is_one_line(tmp_path: Path) -> None:
         r = run_cli("agent", "run", "--simulate", "static", "--simulate-gpus", "1", "--once", "--data",
                     str(tmp_path), "--metrics-listen", f"127.0.0.1:{port}")
     one_error_line(r, f"--metrics-listen 127.0.0.1:{port}: cannot listen")
-    r = run_cli("agent", "run", "--simulate", "static", "--simulate-gpus", "1", "--once", "--data", str(tmp_path))
+    r = run_cli("agent", "run", "--simulate", "static", "--simulate-gpus", "1", "--once", "--interval", "0.2",
+                "--data", str(tmp_path))  # one 0.2 s interval, not the default 10 s: the lock is what is tested
     assert r.returncode == 0, r.stderr
