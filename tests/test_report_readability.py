@@ -191,7 +191,7 @@ def _provoking_charts() -> list[tuple[str, str]]:
     tornado = ([f"input number {i}" for i in range(8)], [-5_000.0 - 3_000 * i for i in range(8)],
                [40_000.0 + 10_000 * i for i in range(8)], 10_000.0,
                "hybrid: margin over the next cheapest plan, USD (positive: hybrid is cheaper)",
-               "What moves the answer: each input ±30%")
+               "What moves the answer: each input ±30%", ("input −30%", "input +30%"))
     demand = ([0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 0.9, 0.7, 0.3, 0.1], 4.0, 4.0)
     weeks = [f"2026-{m:02d}-{d:02d}" for m in (8, 9, 10) for d in (1, 8, 15, 22)]
     trend = (weeks, [0.6] * 12, [0.3] * 12)

@@ -519,7 +519,7 @@ def _cost_scenarios(names: Sequence[str], totals: Sequence[float], highlight: in
     return _svg(fig, ctx, "Cost per scenario")
 
 
-def _tornado(
+def tornado(
     labels: Sequence[str],
     low: Sequence[float],
     high: Sequence[float],
@@ -638,7 +638,7 @@ def _need(value: float | None, spec: ChartSpec, what: str) -> float:
 
 def _draw_tornado(s: ChartSpec) -> str:
     base = _need(s.threshold("base"), s, "a base threshold")
-    return _tornado(
+    return tornado(
         s.labels,
         _series(s, "low"),
         _series(s, "high"),
