@@ -127,6 +127,10 @@ class Config:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     # the GPU model catalogue (gpuaudit.catalog) with the file's [models."<key>"] overrides applied
     models: dict[str, ModelSpec] = field(default_factory=catalogue)
+    # A pool's config only (analysis/pools.py): its model's (idle W, busy W, where they came from), both known.
+    # Where no power was measured the power fallback then follows load (costs.power_model) instead of the flat
+    # on_prem.fallback_watts_per_gpu; never read from a file.
+    load_power: tuple[float, float, str] | None = None
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some values of one section changed (used by the sensitivity analysis)."""

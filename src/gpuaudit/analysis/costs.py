@@ -210,12 +210,22 @@ class PowerModel:
         return self.idle_w + (self.held_w - self.idle_w) * share
 
 
-def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None
-                ) -> tuple[PowerModel, str]:
-    """The power model a plan's GPUs are charged with, and where it came from ("measured" or "configured")."""
+def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None,
+                held_share: float | None = None) -> tuple[PowerModel, str]:
+    """The power model a plan's GPUs are charged with, and where it came from: "measured", "configured" (flat
+    `fallback_watts_per_gpu`), or, where nothing was measured and the pool's model has both board powers
+    (`cfg.load_power`), its idle power while no job holds a GPU and its busy power while one does (the string
+    names where the two came from). `held_share` (held ÷ observed GPU-hours) sets that model's average."""
     w, source = power_watts(cfg, measured_w)
     if source == "measured" and idle_w is not None and held_w is not None:
         return PowerModel(idle_w, held_w, w), source
+    lp = cfg.load_power
+    # power_source = "configured" asks for the flat figure whatever was measured: only the unmeasured fallback
+    # follows load
+    if source == "configured" and lp is not None and cfg.on_prem.power_source == "measured":
+        idle, busy, where = lp
+        share = min(max(held_share, 0.0), 1.0) if held_share is not None else 1.0
+        return PowerModel(idle, busy, idle + (busy - idle) * share), where
     return PowerModel(w, w, w), source
 
 
