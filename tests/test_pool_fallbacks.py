@@ -107,3 +107,61 @@ def test_a_stated_fleet_fallback_stays_flat() -> None:
     r = analyze_rollups(rollups(_rows(h100=0)), cfg)
     assert r.costs.power_source == "configured"
     assert _stay(r.costs.scenarios).power_w_per_gpu == pytest.approx(50.0)
+
+
+def _space(result: Any, model: str) -> float:
+    pool = next(p for p in result.pools if p.model == model)
+    return float(_stay(pool.scenarios).components["space"])
+
+
+def test_space_per_kw_prices_each_pools_nodes_at_their_models_power(tmp_path: Any) -> None:
+    """$196 per kW-month: an HGX node of 8 H100s is 8 × 700 W = 5.6 kW; a node of 8 T4s is 8 × 70 W = 0.56 kW.
+    Each pool's space = nodes × kW per node × $/kW-month × PV months."""
+    path = tmp_path / "c.toml"
+    path.write_text("[on_prem]\nspace_usd_per_kw_per_month = 196\n", encoding="utf-8")
+    cfg = load_config(path)
+    months = costs.timeline(cfg).annuity
+    r = analyze_rollups(rollups(_rows()), cfg)
+    assert _space(r, "h100-sxm-80gb") == pytest.approx(1 * 8 * 700 / 1000 * 196 * months, rel=1e-9)
+    assert _space(r, "t4") == pytest.approx(4 * 8 * 70 / 1000 * 196 * months, rel=1e-9)
+    fleet = _stay(r.costs.scenarios).components["space"]
+    assert fleet == pytest.approx((1 * 5.6 + 4 * 0.56) * 196 * months, rel=1e-9)
+
+
+def test_space_per_kw_counts_nodes_at_each_models_own_size(tmp_path: Any) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[on_prem]\nspace_usd_per_kw_per_month = 196\n[models."t4"]\ngpus_per_node = 4\n',
+                    encoding="utf-8")
+    cfg = load_config(path)
+    months = costs.timeline(cfg).annuity
+    r = analyze_rollups(rollups(_rows()), cfg)
+    assert _space(r, "t4") == pytest.approx(8 * 4 * 70 / 1000 * 196 * months, rel=1e-9)
+
+
+def test_space_stays_per_node_unless_a_per_kw_rate_is_set() -> None:
+    cfg = load_config()
+    assert cfg.on_prem.space_usd_per_kw_per_month == 0
+    months = costs.timeline(cfg).annuity
+    r = analyze_rollups(rollups(_rows()), cfg)
+    per_node = cfg.on_prem.space_usd_per_node_per_month
+    assert _space(r, "h100-sxm-80gb") == pytest.approx(1 * per_node * months, rel=1e-9)
+    assert _space(r, "t4") == pytest.approx(4 * per_node * months, rel=1e-9)
+
+
+def test_an_implausible_space_per_kw_is_refused(tmp_path: Any) -> None:
+    from gpuaudit.errors import GpuauditError
+
+    path = tmp_path / "c.toml"
+    path.write_text("[on_prem]\nspace_usd_per_kw_per_month = 196000\n", encoding="utf-8")
+    with pytest.raises(GpuauditError, match="space_usd_per_kw_per_month = 196000 is outside its plausible range"):
+        load_config(path)
+
+
+def test_the_assumptions_list_space_per_kw_only_when_it_is_set(tmp_path: Any) -> None:
+    r = analyze_rollups(rollups(_rows(h100=0)), load_config())
+    assert "on_prem.space_usd_per_kw_per_month" not in {a.key for a in r.assumptions}
+    path = tmp_path / "c.toml"
+    path.write_text("[on_prem]\nspace_usd_per_kw_per_month = 196\n", encoding="utf-8")
+    r = analyze_rollups(rollups(_rows(h100=0)), load_config(path))
+    row = next(a for a in r.assumptions if a.key == "on_prem.space_usd_per_kw_per_month")
+    assert (row.value, row.unit) == (196.0, "USD/kW/month")

@@ -16,7 +16,7 @@ from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.breakeven import break_even_curve
 from gpuaudit.analysis.columns import HybridCurveColumns
-from gpuaudit.analysis.config import Config, preset_comments, unit_of
+from gpuaudit.analysis.config import OFF_AT_ZERO, Config, preset_comments, unit_of
 from gpuaudit.analysis.economics import BreakEven, Costs, HybridSizing, Sensitivity
 from gpuaudit.analysis.figure import Figure, Table, TableColumn
 from gpuaudit.analysis.fleet import Measured
@@ -277,6 +277,8 @@ def assumptions(applied: Applied) -> tuple[Assumption, ...]:
         values = getattr(cfg, section)
         for key, value in vars(values).items():
             dotted = f"{section}.{key}"
+            if dotted in OFF_AT_ZERO and not value:
+                continue
             origin = cfg.sources.get(dotted, "default")
             source = (comments.get(dotted, "") if origin in ("default", cfg.preset) else
                       origin if origin.startswith("--") else f"set in {origin}")  # a file, or an option

@@ -16,7 +16,8 @@ On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the r
     residual  = −(value at the end of what is owned then)
     networking= a new build's fixed network + per new GPU, amortized like hardware (its own life)
     power     = N × W × PUE × $/kWh × 730 / 1000 per month;  maintenance = fraction/year × $/GPU × N / 12
-    staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node))
+    staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node)), or with
+                a per-kW rate: per kW × nodes × GPUs per node × busy W ÷ 1000
 """
 
 from __future__ import annotations
@@ -283,8 +284,18 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.nd
         "power": n * watts * o.pue * o.power_usd_per_kwh * HOURS_PER_MONTH / 1000.0 * monthly,
         "maintenance": o.maintenance_fraction_per_year * price * n / 12.0 * monthly,
         "staff": np.where(any_owned, o.staff_usd_per_month + o.staff_usd_per_node_per_month * nodes, 0.0) * monthly,
-        "space": o.space_usd_per_node_per_month * nodes * monthly,
+        "space": space_per_node(cfg) * nodes * monthly,
     }
+
+
+def space_per_node(cfg: Config) -> float:
+    """$ per node per month of space: the per-node rate, or with a per-kW rate set, that rate × the node's busy
+    board power (GPUs per node × `fallback_watts_per_gpu`, a pool's model's busy power) in kW. Why: one node
+    figure sized for an HGX H100 node overprices a node of small GPUs."""
+    o = cfg.on_prem
+    if o.space_usd_per_kw_per_month > 0:
+        return o.space_usd_per_kw_per_month * o.gpus_per_node * o.fallback_watts_per_gpu / 1000.0
+    return o.space_usd_per_node_per_month
 
 
 def owned_total(parts: dict[str, np.ndarray]) -> np.ndarray:
