@@ -272,7 +272,8 @@ def test_missing_config_file_is_a_clear_error(tmp_path) -> None:  # type: ignore
 
 _PRICES = ("cloud.instance_usd_per_hour", "cloud.spot_multiplier", "cloud.reserved_multiplier",
            "cloud.capacity_block_multiplier", "on_prem.hardware_usd_per_gpu", "on_prem.staff_usd_per_node_per_month",
-           "on_prem.space_usd_per_node_per_month", "cloud.egress_usd_per_gb", "cloud.spot_interruptions_per_hour")
+           "on_prem.space_usd_per_node_per_month", "on_prem.space_usd_per_kw_per_month", "cloud.egress_usd_per_gb",
+           "cloud.spot_interruptions_per_hour")
 
 
 @pytest.mark.parametrize("key", _PRICES)
@@ -356,8 +357,8 @@ def test_fixed_cost_hurdle() -> None:
 CLOUD_PRICES = ("instance_usd_per_hour", "spot_multiplier", "reserved_multiplier", "egress_usd_per_gb",
                 "managed_services_usd_per_month", "managed_services_usd_once", "spot_interruptions_per_hour")
 ONPREM_PRICES = ("hardware_usd_per_gpu", "networking_usd", "networking_usd_per_gpu", "staff_usd_per_month",
-                 "staff_usd_per_node_per_month", "space_usd_per_node_per_month", "maintenance_fraction_per_year",
-                 "power_usd_per_kwh", "pue")
+                 "staff_usd_per_node_per_month", "space_usd_per_node_per_month", "space_usd_per_kw_per_month",
+                 "maintenance_fraction_per_year", "power_usd_per_kwh", "pue")
 
 
 @given(key=st.sampled_from(CLOUD_PRICES), base=st.floats(0, 100), bump=st.floats(0, 100),

@@ -16,7 +16,7 @@ from gpuaudit.analysis import chargeback as cb
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.breakeven import break_even_curve
 from gpuaudit.analysis.columns import HybridCurveColumns
-from gpuaudit.analysis.config import Config, preset_comments, unit_of
+from gpuaudit.analysis.config import OFF_AT_ZERO, Config, preset_comments, unit_of
 from gpuaudit.analysis.economics import BreakEven, Costs, HybridSizing, Sensitivity
 from gpuaudit.analysis.figure import Figure, Table, TableColumn
 from gpuaudit.analysis.fleet import Measured
@@ -164,9 +164,7 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
             "What one more new owned GPU costs per hour, levelized (the constant $/h with the same present value, "
             "comparable with a cloud list price): hardware net of resale, power, maintenance, its share of per-node "
             "staff and space (base staff and the fixed network excluded)."),
-        power_w_per_gpu=Figure(block.watts, "W", "average Σ energy_j ÷ Σ seconds" if block.power_source == "measured"
-                               else "on_prem.fallback_watts_per_gpu",
-                               "gpu_samples" if block.power_source == "measured" else "config",
+        power_w_per_gpu=Figure(block.watts, "W", *_power_formula(block.power_source),
                                "Board power per GPU used for on-prem power cost."),
         power_source=block.power_source,
         scale=scale,
@@ -194,6 +192,16 @@ def _costs(cfg: Config, block: CostBlock, m: Measured, trial_days: float, phanto
                                     f"phantom dollars × {HOURS_PER_YEAR:,.0f} h ÷ trial hours", phantom_src,
                                     "The same, per year at the trial's rate."),
     )
+
+
+def _power_formula(source: str) -> tuple[str, str]:
+    """(formula, source) of the power figure for where the watts came from (costs.power_model)."""
+    if source == "measured":
+        return "average Σ energy_j ÷ Σ seconds", "gpu_samples"
+    if source.endswith("idle/busy by load"):
+        return ("idle W + (busy W − idle W) × held ÷ observed GPU-hours (the model's board power; none measured)",
+                "config" if source.startswith("[models]") else "catalogue")
+    return "on_prem.fallback_watts_per_gpu", "config"
 
 
 def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
@@ -269,6 +277,8 @@ def assumptions(applied: Applied) -> tuple[Assumption, ...]:
         values = getattr(cfg, section)
         for key, value in vars(values).items():
             dotted = f"{section}.{key}"
+            if dotted in OFF_AT_ZERO and not value:
+                continue
             origin = cfg.sources.get(dotted, "default")
             source = (comments.get(dotted, "") if origin in ("default", cfg.preset) else
                       origin if origin.startswith("--") else f"set in {origin}")  # a file, or an option

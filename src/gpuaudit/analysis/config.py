@@ -87,6 +87,7 @@ class OnPremConfig:
     staff_usd_per_month: float = _money()
     staff_usd_per_node_per_month: float = _money()
     space_usd_per_node_per_month: float = _money()
+    space_usd_per_kw_per_month: float = _money()  # > 0: space by the nodes' busy board power, not per node
     gpus_per_node: int = _num(1, 1024)
     maintenance_fraction_per_year: float = _num(0.0, 10.0)
     power_usd_per_kwh: float = _num(0.0, 1e6)
@@ -127,6 +128,10 @@ class Config:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     # the GPU model catalogue (gpuaudit.catalog) with the file's [models."<key>"] overrides applied
     models: dict[str, ModelSpec] = field(default_factory=catalogue)
+    # A pool's config only (analysis/pools.py): its model's (idle W, busy W, where they came from), both known.
+    # Where no power was measured the power fallback then follows load (costs.power_model) instead of the flat
+    # on_prem.fallback_watts_per_gpu; never read from a file.
+    load_power: tuple[float, float, str] | None = None
 
     def replace(self, section: str, **values: Any) -> Config:
         """A copy with some values of one section changed (used by the sensitivity analysis)."""
@@ -150,6 +155,7 @@ def unit_of(key: str) -> str:
     if key in _UNITS:
         return _UNITS[key]
     for suffix, unit in (("_usd_per_hour", "USD/h"), ("_usd_per_node_per_month", "USD/node/month"),
+                         ("_usd_per_kw_per_month", "USD/kW/month"),
                          ("_usd_per_gpu", "USD/GPU"), ("_usd_per_month", "USD/month"),
                          ("_usd_per_gb", "USD/GB"), ("_usd_per_kwh", "USD/kWh"), ("_usd_once", "USD"),
                          ("_usd", "USD"), ("_per_week", "GB/week"), ("_watts_per_gpu", "W"), ("_months", "months"),
@@ -180,11 +186,17 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
     "on_prem.staff_usd_per_month": (0.0, 1e7, "$ per month"),
     "on_prem.staff_usd_per_node_per_month": (0.0, 50_000.0, "$ per node per month"),
     "on_prem.space_usd_per_node_per_month": (0.0, 50_000.0, "$ per node per month"),
+    "on_prem.space_usd_per_kw_per_month": (0.0, 1000.0, "$ per kW of the nodes' busy board power per month "
+                                           "(colocation lists $100-300)"),
     "on_prem.networking_usd_per_gpu": (0.0, 100_000.0, "$ per new GPU"),
     "on_prem.fallback_watts_per_gpu": (10.0, 5000.0, "W per GPU (an H100 SXM board: 700 W)"),
     "on_prem.amortization_years": (0.5, 15.0, "years"),
     "analysis.discount_rate_per_year": (0.0, 0.5, "a fraction a year: 0.08 = 8 %"),
 }
+
+# Settings that choose another basis when set and are off at 0: the assumptions list them only when set (a row
+# for a basis not in use says nothing about the figures).
+OFF_AT_ZERO = frozenset({"on_prem.space_usd_per_kw_per_month"})
 
 # Keys an older release read, with why they went: a clear error, not "unknown key".
 _REMOVED = {

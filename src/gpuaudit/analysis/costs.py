@@ -16,7 +16,8 @@ On-prem (N GPUs, with E already owned: `owned_cost`): keep min(N, E), sell the r
     residual  = −(value at the end of what is owned then)
     networking= a new build's fixed network + per new GPU, amortized like hardware (its own life)
     power     = N × W × PUE × $/kWh × 730 / 1000 per month;  maintenance = fraction/year × $/GPU × N / 12
-    staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node))
+    staff     = base + per node × nodes;  space = per node × nodes  (nodes = ceil(N / GPUs per node)), or with
+                a per-kW rate: per kW × nodes × GPUs per node × busy W ÷ 1000
 """
 
 from __future__ import annotations
@@ -210,12 +211,22 @@ class PowerModel:
         return self.idle_w + (self.held_w - self.idle_w) * share
 
 
-def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None
-                ) -> tuple[PowerModel, str]:
-    """The power model a plan's GPUs are charged with, and where it came from ("measured" or "configured")."""
+def power_model(cfg: Config, measured_w: float | None, idle_w: float | None, held_w: float | None,
+                held_share: float | None = None) -> tuple[PowerModel, str]:
+    """The power model a plan's GPUs are charged with, and where it came from: "measured", "configured" (flat
+    `fallback_watts_per_gpu`), or, where nothing was measured and the pool's model has both board powers
+    (`cfg.load_power`), its idle power while no job holds a GPU and its busy power while one does (the string
+    names where the two came from). `held_share` (held ÷ observed GPU-hours) sets that model's average."""
     w, source = power_watts(cfg, measured_w)
     if source == "measured" and idle_w is not None and held_w is not None:
         return PowerModel(idle_w, held_w, w), source
+    lp = cfg.load_power
+    # power_source = "configured" asks for the flat figure whatever was measured: only the unmeasured fallback
+    # follows load
+    if source == "configured" and lp is not None and cfg.on_prem.power_source == "measured":
+        idle, busy, where = lp
+        share = min(max(held_share, 0.0), 1.0) if held_share is not None else 1.0
+        return PowerModel(idle, busy, idle + (busy - idle) * share), where
     return PowerModel(w, w, w), source
 
 
@@ -273,8 +284,18 @@ def owned_cost(cfg: Config, tl: Timeline, gpus: np.ndarray | float, watts: np.nd
         "power": n * watts * o.pue * o.power_usd_per_kwh * HOURS_PER_MONTH / 1000.0 * monthly,
         "maintenance": o.maintenance_fraction_per_year * price * n / 12.0 * monthly,
         "staff": np.where(any_owned, o.staff_usd_per_month + o.staff_usd_per_node_per_month * nodes, 0.0) * monthly,
-        "space": o.space_usd_per_node_per_month * nodes * monthly,
+        "space": space_per_node(cfg) * nodes * monthly,
     }
+
+
+def space_per_node(cfg: Config) -> float:
+    """$ per node per month of space: the per-node rate, or with a per-kW rate set, that rate × the node's busy
+    board power (GPUs per node × `fallback_watts_per_gpu`, a pool's model's busy power) in kW. Why: one node
+    figure sized for an HGX H100 node overprices a node of small GPUs."""
+    o = cfg.on_prem
+    if o.space_usd_per_kw_per_month > 0:
+        return o.space_usd_per_kw_per_month * o.gpus_per_node * o.fallback_watts_per_gpu / 1000.0
+    return o.space_usd_per_node_per_month
 
 
 def owned_total(parts: dict[str, np.ndarray]) -> np.ndarray:

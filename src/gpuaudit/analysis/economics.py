@@ -84,7 +84,9 @@ class Costs:
     cloud_effective_usd_per_gpu_hour: after the spot/reserved/on-demand mix and spot interruption overhead.
     owned_usd_per_gpu_hour: marginal owned cost of one GPU per wall-clock hour (amortized hardware,
       maintenance, power at measured watts × PUE); fixed costs (staff, networking) are separate.
-    power_w_per_gpu / power_source: watts used for on-prem power, "measured" or "configured".
+    power_w_per_gpu / power_source: watts used for on-prem power, "measured", "configured", "catalogue idle/busy
+      by load" or "[models] idle/busy by load" (no power measured: the model's board powers by the held share),
+      or "mixed" (pools of several sources).
     scale: fleet capacity ÷ GPUs that reported, averaged over the demand buckets (how measured demand is
       extrapolated to the fleet; 1 when every GPU reported all the time).
     discount_rate_per_year / annuity_months: the present-value convention (annuity: PV of $1 a month).

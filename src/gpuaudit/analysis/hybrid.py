@@ -225,7 +225,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     saving = (cloud_rate - (own_keep if existing > 0 else own_new)) * tl.annuity * costs.HOURS_PER_MONTH
     hurdle = fixed / saving if saving > 0 else None
     o = cfg.on_prem
-    per_node = o.staff_usd_per_node_per_month > 0 or o.space_usd_per_node_per_month > 0
+    per_node = o.staff_usd_per_node_per_month > 0 or costs.space_per_node(cfg) > 0
     # One node when owning is bought by the node, but never so loose that any answer on a small fleet agrees.
     tolerance = max(1, min(o.gpus_per_node if per_node else 1, round(0.1 * peak)))
     return Sizing(

@@ -100,9 +100,14 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
             return compose(c, moved, measured, growth, what_if=False).block
     else:
         cfg = pr.single_config()
+        block = cost_block(cfg, measured)
+        if cfg.load_power is not None and block.power_source == cfg.load_power[2]:  # the fallback followed load
+            idle, busy, where = cfg.load_power
+            cfg = dataclasses.replace(cfg, sources={**cfg.sources, "on_prem.fallback_watts_per_gpu": (
+                f"{where}: idle {idle:g} W, busy {busy:g} W, weighted by the share of GPU-hours held (no power "
+                "measured)")})
         applied = dataclasses.replace(applied, cfg=cfg)
         pool_me, parts, comp = [me], [Part(specs[0], cfg, measured)] if specs else [], None
-        block = cost_block(cfg, measured)
 
         def build(c: Config, growth: float) -> CostBlock:
             return cost_block(c, measured, growth, what_if=False)

@@ -160,6 +160,7 @@ class Pricing:
             base_v, now_v = getattr(getattr(self.base, section), key), getattr(getattr(cfg, section), key)
             moved = value * (now_v / base_v) if base_v else value
             out = out.replace(section, **{key: type(base_v)(round(moved) if isinstance(base_v, int) else moved)})
+        out = dataclasses.replace(out, load_power=self._load_power(i, out))
         if self.many:
             out = out.replace("analysis", fleet_gpus=self.fleet_gpus[i])
             out = out.replace("on_prem", owned_gpus=self.owned_gpus[i])
@@ -167,6 +168,21 @@ class Pricing:
                 out = out.replace(section, **{key: 0.0})
         return out
 
+    def _load_power(self, i: int, out: Config) -> tuple[float, float, str] | None:
+        """Pool i's model's idle and busy board power, where its power fallback is the model's (not the fleet's
+        stated or assumed figure) and the model has both: the busy power as `out` prices it (moved with the
+        fleet setting it stands in for), the idle power moved by the same factor."""
+        spec = self.base.models.get(self.specs[i].key)
+        if spec is None or self.source[i]["busy_watts_per_gpu"] not in ("models", "catalogue"):
+            return None
+        idle, busy = spec.idle_watts_per_gpu, spec.busy_watts_per_gpu
+        if idle is None or busy is None:
+            return None
+        now = out.on_prem.fallback_watts_per_gpu
+        from_file = any(f"models.{spec.key}.{f}" in self.base.sources for f in ("idle_watts_per_gpu",
+                                                                                  "busy_watts_per_gpu"))
+        return (idle * now / busy if busy else idle, now,
+                f"{'[models]' if from_file else 'catalogue'} idle/busy by load")
 
     def single_config(self) -> Config:
         """The one pool's config as the fleet's: its model's figures where the fleet did not state its own, each

@@ -58,7 +58,8 @@ def cost_block(cfg: Config, m: Measured, growth: float = 0.0, *, what_if: bool =
     fl = fleet(cfg, m)
     f = tl.mean_growth(growth) if growth else 1.0
     prices = costs.cloud_prices(cfg)
-    power, power_source = costs.power_model(cfg, m.measured_w, m.idle_w, m.held_w)
+    power, power_source = costs.power_model(cfg, m.measured_w, m.idle_w, m.held_w,
+                                            m.r / m.w if m.w > 0 else None)
     held, ok = fleet_series(m, fl, m.held, m.elastic_held)
     # Every plan, owning or renting, serves `held`: the demand the cloud bills.
     ctx = pl.Context(cfg, m, tl, fl, prices, power, held * f, f)

@@ -31,6 +31,7 @@ PARAMETERS: tuple[tuple[str, str, str], ...] = (
     ("on_prem", "staff_usd_per_month", "staff $/month"),
     ("on_prem", "staff_usd_per_node_per_month", "staff $/node/month"),
     ("on_prem", "space_usd_per_node_per_month", "space $/node/month"),
+    ("on_prem", "space_usd_per_kw_per_month", "space $/kW/month"),  # 0 (per node) moves nothing: no row
     ("on_prem", "power_usd_per_kwh", "power $/kWh"),
     ("on_prem", "pue", "PUE"),
     ("on_prem", "networking_usd", "networking $"),
