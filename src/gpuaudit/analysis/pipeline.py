@@ -28,6 +28,7 @@ from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
 from gpuaudit.analysis.plans import OWNING
 from gpuaudit.analysis.poolresult import pool_results
 from gpuaudit.analysis.pools import Composed, Part, compose, compose_draws, pools_of, pricing, subset
+from gpuaudit.analysis.quality import data_quality
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import AnalysisResult, Consolidation, DecisionInputs
 from gpuaudit.analysis.rightsize import right_size
@@ -82,7 +83,7 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     me = measure(roll, tr, current=current, data_residency=data_residency, latency_share=share)
     use, led, mapped, demand, bucket_s, el = me.utilization, me.ledger, me.mapped, me.demand, me.bucket_s, me.elastic
     bd = ut.breakdowns(roll, t, demand, bucket_s)
-    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
+    dq = data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
     dq = dataclasses.replace(dq, warnings=dq.warnings + mapped.warnings)
     measured = me.measured
     specs = pools_of(roll)
