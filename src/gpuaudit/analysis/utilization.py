@@ -356,13 +356,26 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
 
 def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) -> Breakdowns:
     g = roll.gpu_hours
+    hh = holder_hours(roll)
+    per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
+    per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
+    per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",
+                            "Held and real GPU-hours per Kubernetes pod (namespace/pod).")
+    hourly = _hourly_demand(demand)
+    return Breakdowns(_per_node(g), _per_gpu(g), per_user, per_job, per_pod, _hour_of_week(g), _per_week(g),
+                      _demand_table(hourly, bucket_s), _demand_duration(hourly))
+
+
+def _per_node(g: pl.DataFrame) -> Table:
     node = _wrs_ratios(
         g.group_by("host").agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus")).sort("host")
     )
-    per_node = table("per_node", "Utilization per node.", node,
-                     (TableColumn(PerNodeColumns.HOST, "", "node"),
-                      TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
+    return table("per_node", "Utilization per node.", node,
+                 (TableColumn(PerNodeColumns.HOST, "", "node"),
+                  TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
 
+
+def _per_gpu(g: pl.DataFrame) -> Table:
     gpu = _wrs_ratios(
         g.group_by("host", "gpu_uuid", "mig_instance")
         .agg(
@@ -377,7 +390,7 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         .with_columns(gpu_label(), (pl.col("runtime_gpu_hours") <= 0).alias("never_used"))
         .sort("host", "gpu")
     )
-    per_gpu = table(
+    return table(
         "per_gpu", "Utilization per GPU (MIG slices separately).", gpu,
         (TableColumn(PerGpuColumns.HOST, "", "node"),
          TableColumn(PerGpuColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
@@ -391,38 +404,44 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         SRC_SAMPLES,
     )
 
-    hh = holder_hours(roll)
-    per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
-    per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
-    per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",
-                            "Held and real GPU-hours per Kubernetes pod (namespace/pod).")
 
-    ts = pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+def _hour_ts() -> pl.Expr:
+    return pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+
+
+def _hour_of_week(g: pl.DataFrame) -> Table:
+    ts = _hour_ts()
     how = _wrs_ratios(
         g.with_columns((ts.dt.weekday() - 1).alias("day_of_week"), ts.dt.hour().alias("hour_of_day"))
         .group_by("day_of_week", "hour_of_day").agg(*_wrs_aggs()).sort("day_of_week", "hour_of_day")
     )
-    hour_of_week = table(
+    return table(
         "hour_of_week", "Utilization by hour of the week (UTC), summed over the trial's weeks.", how,
         (TableColumn(HourOfWeekColumns.DAY_OF_WEEK, "", "0 = Monday … 6 = Sunday"),
          TableColumn(HourOfWeekColumns.HOUR_OF_DAY, "", "0-23 UTC"), *_WRS),
         SRC_SAMPLES,
     )
+
+
+def _per_week(g: pl.DataFrame) -> Table:
     week = _wrs_ratios(
-        g.with_columns(ts.dt.truncate("1w").dt.date().alias("week_start"))
+        g.with_columns(_hour_ts().dt.truncate("1w").dt.date().alias("week_start"))
         .group_by("week_start")
         .agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus"))
         .sort("week_start")
         .with_columns(pl.col("week_start").cast(pl.String).alias("week"))
     )
-    per_week = table(
+    return table(
         "per_week", "Weekly trend (weeks start on Monday, UTC).", week,
         (TableColumn(PerWeekColumns.WEEK, "", "Monday the week starts on"),
          TableColumn(PerWeekColumns.GPUS, "count", "GPUs reporting"), *_WRS),
         SRC_SAMPLES,
     )
 
-    hourly = (
+
+def _hourly_demand(demand: pl.DataFrame) -> pl.DataFrame:
+    """The demand buckets as hourly means and peaks."""
+    return (
         demand.with_columns(((pl.col("bucket_s") // H) * H).alias("hour_s"))
         .group_by("hour_s")
         .agg(
@@ -433,9 +452,12 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
             pl.col("gpus_reporting").mean().alias("gpus_reporting"),
         )
         .sort("hour_s")
-        .with_columns(pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC").alias("hour"))
+        .with_columns(_hour_ts().alias("hour"))
     )
-    demand_table = table(
+
+
+def _demand_table(hourly: pl.DataFrame, bucket_s: float) -> Table:
+    return table(
         "demand",
         f"Fleet demand per hour (mean and peak of {bucket_s:g} s buckets): GPUs held by processes and "
         "SM-weighted GPUs in use.",
@@ -448,9 +470,12 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
          TableColumn(DemandColumns.GPUS_REPORTING, "GPUs", "mean GPUs with samples")),
         SRC_SAMPLES + " (level 'demand')",
     )
+
+
+def _demand_duration(hourly: pl.DataFrame) -> Table:
     held = [float(v or 0) for v in hourly[DemandColumns.GPUS_HELD].to_list()] if hourly.height else []
     xs, ys = duration_curve(sorted(held, reverse=True))
-    duration = Table(
+    return Table(
         "demand_duration", "Share of hours in which the fleet held at least this many GPUs (hourly means).",
         (TableColumn(DemandDurationColumns.GPUS_HELD, "GPUs", "a level of hourly mean GPUs held"),
          TableColumn(DemandDurationColumns.SHARE_OF_HOURS, "fraction", "share of hours at or above it")),
@@ -458,8 +483,6 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
               for x, y in zip(xs, ys, strict=True)) if held else (),
         SRC_SAMPLES + " (level 'demand')",
     )
-    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table,
-                      duration)
 
 
 def duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
