@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,33 @@ from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.economics import Sensitivity
 from gpuaudit.analysis.figure import Table
 from gpuaudit.analysis.fleet import Measured, fleet, fleet_series
-from gpuaudit.analysis.measure import measure
+from gpuaudit.analysis.measure import Measure, measure
 from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
 from gpuaudit.analysis.plans import OWNING
 from gpuaudit.analysis.poolresult import pool_results
-from gpuaudit.analysis.pools import Composed, Part, compose, compose_draws, pools_of, pricing, subset
+from gpuaudit.analysis.pools import (
+    Composed,
+    Part,
+    PoolSpec,
+    Pricing,
+    compose,
+    compose_draws,
+    pools_of,
+    pricing,
+    subset,
+)
+from gpuaudit.analysis.quality import data_quality
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
-from gpuaudit.analysis.result import AnalysisResult, Consolidation, DecisionInputs
+from gpuaudit.analysis.result import (
+    AnalysisResult,
+    Confidence,
+    Consolidation,
+    DataQuality,
+    Decision,
+    DecisionInputs,
+    Pool,
+    Trial,
+)
 from gpuaudit.analysis.rightsize import right_size
 from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado
@@ -74,93 +95,148 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     """Stage 2: everything from the rollups. The steps, in order; assemble() shapes the result."""
     cfg, current, data_residency = applied.cfg, applied.current, applied.data_residency
     share = cfg.decision.latency_sensitive_share
-    latency_sensitive = applied.latency_sensitive
     ut.check_enough(roll, cfg, root)
     t = ut.totals(roll)
     _check_finite(t)
     tr = ut.trial(roll, t, cfg)
     me = measure(roll, tr, current=current, data_residency=data_residency, latency_share=share)
-    use, led, mapped, demand, bucket_s, el = me.utilization, me.ledger, me.mapped, me.demand, me.bucket_s, me.elastic
-    bd = ut.breakdowns(roll, t, demand, bucket_s)
-    dq = ut.data_quality(roll, t, tr, cfg, use.real_is_upper_bound, el)
-    dq = dataclasses.replace(dq, warnings=dq.warnings + mapped.warnings)
-    measured = me.measured
+    bd = ut.breakdowns(roll, t, me.demand, me.bucket_s)
+    dq = data_quality(roll, t, tr, cfg, me.utilization.real_is_upper_bound, me.elastic)
+    dq = dataclasses.replace(dq, warnings=dq.warnings + me.mapped.warnings)
+    p = _priced(roll, applied, tr, me)
+    cfg, block = p.applied.cfg, p.block
+    use = lg.believed(me.utilization, me.ledger, block.break_even.measured_billed)
+    inputs = _decision_inputs(p.applied, t, share)
+    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
+    sample, conf = _confidence(p, me.measured, days, inputs, use.real_is_upper_bound)
+    sens = _sensitivity(p, sample)
+    decision = _decision(p, t, tr, inputs, conf, dq, sens, sample, use.real_is_upper_bound)
+    lever = _consolidation(cfg, block, me.measured, me.demand, decision, t, bd)
+    pools = _pools(roll, tr, p, days, decision, inputs)
+    return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
+                    data_quality=dq, decision=decision, block=block, measured=me.measured, bucket_s=me.bucket_s,
+                    sensitivity=sens, confidence=conf, consolidation=lever, ledger=me.ledger,
+                    applied=p.applied, pools=pools, pricing=p.pricing, composed=p.comp)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Priced:
+    """The cost side of stage 2: the settings as priced (one GPU model's prices folded in), each pool's
+    measurement and part, the composition of several pools (None for one), the cost block, and `build`:
+    the block again under other settings or a demand growth (the tornado's and the growth table's)."""
+
+    applied: Applied
+    pricing: Pricing
+    specs: tuple[PoolSpec, ...]
+    pool_me: list[Measure]
+    parts: list[Part]
+    comp: Composed | None
+    block: CostBlock
+    build: Callable[[Config, float], CostBlock]
+
+
+def _priced(roll: Rollups, applied: Applied, tr: Trial, me: Measure) -> _Priced:
+    """The fleet priced: pool by pool at each model's prices when it holds several models, else at the one."""
+    cfg, measured = applied.cfg, me.measured
     specs = pools_of(roll)
     pr = pricing(cfg, specs)
     if pr.many:
         fleet(cfg, measured)  # a stated fleet smaller than the GPUs seen fails here, in the fleet's own terms
-        pool_me = [measure(subset(roll, sp), tr, current=current, data_residency=data_residency, latency_share=share)
-                   for sp in specs]
+        pool_me = [measure(subset(roll, sp), tr, current=applied.current, data_residency=applied.data_residency,
+                           latency_share=cfg.decision.latency_sensitive_share) for sp in specs]
         parts = [Part(sp, pr.config(i), pm.measured) for i, (sp, pm) in enumerate(zip(specs, pool_me, strict=True))]
         composed = compose(cfg, parts, measured)
-        block, comp = composed.block, composed
 
         def build(c: Config, growth: float) -> CostBlock:
             moved = [Part(p.spec, pr.config(i, c), p.m) for i, p in enumerate(parts)]
             return compose(c, moved, measured, growth, what_if=False).block
-    else:
-        cfg = pr.single_config()
-        block = cost_block(cfg, measured)
-        if cfg.load_power is not None and block.power_source == cfg.load_power[2]:  # the fallback followed load
-            idle, busy, where = cfg.load_power
-            cfg = dataclasses.replace(cfg, sources={**cfg.sources, "on_prem.fallback_watts_per_gpu": (
-                f"{where}: idle {idle:g} W, busy {busy:g} W, weighted by the share of GPU-hours held (no power "
-                "measured)")})
-        applied = dataclasses.replace(applied, cfg=cfg)
-        pool_me, parts, comp = [me], [Part(specs[0], cfg, measured)] if specs else [], None
 
-        def build(c: Config, growth: float) -> CostBlock:
-            return cost_block(c, measured, growth, what_if=False)
-    use = lg.believed(use, led, block.break_even.measured_billed)
+        return _Priced(applied, pr, specs, pool_me, parts, composed, composed.block, build)
+    cfg = pr.single_config()
+    block = cost_block(cfg, measured)
+    if cfg.load_power is not None and block.power_source == cfg.load_power[2]:  # the fallback followed load
+        idle, busy, where = cfg.load_power
+        cfg = dataclasses.replace(cfg, sources={**cfg.sources, "on_prem.fallback_watts_per_gpu": (
+            f"{where}: idle {idle:g} W, busy {busy:g} W, weighted by the share of GPU-hours held (no power "
+            "measured)")})
 
-    inputs = DecisionInputs(
-        real_utilization=t.real_utilization, latency_sensitive=latency_sensitive, data_residency=data_residency,
-        egress_gb_per_week=cfg.cloud.egress_gb_per_week, current=current,
-        cloud_below=cfg.decision.cloud_below, on_prem_above=cfg.decision.on_prem_above,
+    def build_one(c: Config, growth: float) -> CostBlock:
+        return cost_block(c, measured, growth, what_if=False)
+
+    return _Priced(dataclasses.replace(applied, cfg=cfg), pr, specs, [me],
+                   [Part(specs[0], cfg, measured)] if specs else [], None, block, build_one)
+
+
+def _decision_inputs(applied: Applied, t: ut.Totals, share: float) -> DecisionInputs:
+    """What the decision tree reads; `share`: the latency-sensitive share as configured, before pricing."""
+    cfg = applied.cfg
+    return DecisionInputs(
+        real_utilization=t.real_utilization, latency_sensitive=applied.latency_sensitive,
+        data_residency=applied.data_residency, egress_gb_per_week=cfg.cloud.egress_gb_per_week,
+        current=applied.current, cloud_below=cfg.decision.cloud_below, on_prem_above=cfg.decision.on_prem_above,
         latency_sensitive_share=share,
     )
+
+
+def _confidence(p: _Priced, measured: Measured, days: Any, inputs: DecisionInputs,
+                upper_bound: bool) -> tuple[CostSample, Confidence]:
+    """The day-resampled costs and the confidence of the utilization, the tree and the cheapest plan."""
+    a = p.applied.cfg.analysis
+    # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
+    draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
+    sample = _cost_sample(p.applied.cfg, measured, p.block, days, draws, a.bootstrap_seed, p.comp, p.parts)
+    conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
+                                         sample, a.bootstrap_min_days), real_is_upper_bound=upper_bound)
+    return sample, conf
+
+
+def _sensitivity(p: _Priced, sample: CostSample) -> Sensitivity:
+    """The tornado and the growth table; the tornado is about the plan the recommendation names: after a tie,
+    staying as is."""
+    cfg, block = p.applied.cfg, p.block
+    a = cfg.analysis
+    tie_keep, _tie_usd = keeps_what_you_have(block.scenarios, block.cheapest, cfg.decision.tie_fraction,
+                                             _spread(sample, a.confidence_level), p.applied.data_residency)
+    tornado_table = tornado(cfg, p.build, a.sensitivity_fraction, base=block,
+                            plan="stay-as-is" if tie_keep else block.cheapest)
+    return Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
+                       growth=growth_table(cfg, p.build, a.growth_rates))
+
+
+def _decision(p: _Priced, t: ut.Totals, tr: Trial, inputs: DecisionInputs, conf: Confidence, dq: DataQuality,
+              sens: Sensitivity, sample: CostSample, upper_bound: bool) -> Decision:
+    """The decision tree's rule and the one recommendation, with the evidence behind it."""
+    cfg, block = p.applied.cfg, p.block
+    a = cfg.analysis
     rule, fired = evaluate(inputs)
     low = t.s_lower / t.w
     possible = branches_between(low, t.real_utilization, inputs)
-
-    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
-    a = cfg.analysis
-    # fewer days than a day-block bootstrap needs: no resamples at all (bootstrap() says so)
-    draws = a.bootstrap_resamples if days.height >= a.bootstrap_min_days else 0
-    sample = _cost_sample(cfg, measured, block, days, draws, a.bootstrap_seed, comp, parts)
-    conf = dataclasses.replace(bootstrap(days, inputs, a.bootstrap_resamples, a.bootstrap_seed, a.confidence_level,
-                                         sample, a.bootstrap_min_days), real_is_upper_bound=use.real_is_upper_bound)
-    # the tornado is about the plan the recommendation names: after a tie, staying as is
-    tie_keep, _tie_usd = keeps_what_you_have(block.scenarios, block.cheapest, cfg.decision.tie_fraction,
-                                             _spread(sample, a.confidence_level), data_residency)
-    tornado_table = tornado(cfg, build, a.sensitivity_fraction, base=block,
-                            plan="stay-as-is" if tie_keep else block.cheapest)
-    sens = Sensitivity(fraction=a.sensitivity_fraction, tornado=tornado_table,
-                       growth=growth_table(cfg, build, a.growth_rates))
     evidence = Evidence(
         confidence=conf, coverage=float(dq.coverage.value or 0.0),
-        sensitivity_flips=tuple(f"{r[TornadoColumns.PARAMETER]} ({r[TornadoColumns.KEY]})" for r in tornado_table.rows
-                                if r[TornadoColumns.CHANGES_CHEAPEST]),
+        sensitivity_flips=tuple(f"{r[TornadoColumns.PARAMETER]} ({r[TornadoColumns.KEY]})"
+                                for r in sens.tornado.rows if r[TornadoColumns.CHANGES_CHEAPEST]),
         sensitivity_fraction=a.sensitivity_fraction, real_low=low, real_high=t.real_utilization,
-        upper_bound=use.real_is_upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
+        upper_bound=upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
         tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
                          block.fleet.existing)
-    if comp is not None:  # several models: the plan in counts per model
+    if p.comp is not None:  # several models: the plan in counts per model
         plan = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
         decision = dataclasses.replace(decision, headline=f"{decision.headline} Per model: "
                                        f"{plan.description[0].lower()}{plan.description[1:]}")
-    lever = _consolidation(cfg, block, measured, demand, decision, t, bd)
-    pool_hours = [subset(roll, sp).gpu_hours for sp in specs] if pr.many else [roll.gpu_hours]
+    return decision
+
+
+def _pools(roll: Rollups, tr: Trial, p: _Priced, days: Any, decision: Decision,
+           inputs: DecisionInputs) -> tuple[Pool, ...]:
+    """One result per GPU-model pool, each with its right-sizing lever."""
+    pr = p.pricing
+    pool_hours = [subset(roll, sp).gpu_hours for sp in p.specs] if pr.many else [roll.gpu_hours]
     pool_days = [daily(h, tr.start.timestamp(), tr.days) for h in pool_hours] if pr.many else [days]
-    sizes = [right_size(pr, p.spec.key, p.cfg, h) for p, h in zip(parts, pool_hours, strict=False)]
-    pools = pool_results(pr, parts, pool_me, pool_days, comp, block, decision, inputs, sizes)
-    return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
-                    data_quality=dq, decision=decision, block=block, measured=measured, bucket_s=bucket_s,
-                    sensitivity=sens, confidence=conf, consolidation=lever, ledger=led,
-                    applied=applied, pools=pools, pricing=pr, composed=comp)
+    sizes = [right_size(pr, part.spec.key, part.cfg, h) for part, h in zip(p.parts, pool_hours, strict=False)]
+    return pool_results(pr, p.parts, p.pool_me, pool_days, p.comp, p.block, decision, inputs, sizes)
 
 
 def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,

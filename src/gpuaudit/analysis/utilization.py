@@ -1,4 +1,4 @@
-"""Stage 2: utilization figures, breakdowns and data quality from the rollups (pure functions)."""
+"""Stage 2: utilization figures and breakdowns from the rollups (pure functions); data quality is quality.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import polars as pl
 from gpuaudit.analysis.columns import (
     DemandColumns,
     DemandDurationColumns,
-    GpuCoverageColumns,
     HolderColumns,
     HourOfWeekColumns,
     PerGpuColumns,
@@ -23,11 +22,10 @@ from gpuaudit.analysis.columns import (
 )
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.figure import Figure, Table, TableColumn
-from gpuaudit.analysis.result import Breakdowns, DataQuality, Trial, Utilization
+from gpuaudit.analysis.result import Breakdowns, Trial, Utilization
 from gpuaudit.analysis.stage1.frames import Rollups
-from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S, slot_index
+from gpuaudit.analysis.stage1.slots import DEMAND_BUCKET_S, HOUR_S
 from gpuaudit.errors import NoDataError
-from gpuaudit.util import fmt
 
 H = float(HOUR_S)
 SRC_SAMPLES = "gpu_samples via sql/analysis_streams.sql (de-duplicated) and sql/analysis_rollup.sql"
@@ -88,7 +86,7 @@ def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return pl.when(b > 0).then(a / b).otherwise(None)
 
 
-def _gpu_label() -> pl.Expr:
+def gpu_label() -> pl.Expr:
     return (
         pl.when(pl.col("mig_instance") >= 0)
         .then(pl.col("gpu_uuid") + pl.lit("/mig") + pl.col("mig_instance").cast(pl.String))
@@ -226,7 +224,7 @@ def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
 def never_used(roll: Rollups) -> list[str]:
     per = (
         roll.gpu_hours.group_by("gpu_uuid", "mig_instance").agg(pl.col("held_s").sum())
-        .filter(pl.col("held_s") <= 0).with_columns(_gpu_label()).sort("gpu")
+        .filter(pl.col("held_s") <= 0).with_columns(gpu_label()).sort("gpu")
     )
     return per["gpu"].to_list()
 
@@ -363,13 +361,26 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
 
 def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) -> Breakdowns:
     g = roll.gpu_hours
+    hh = holder_hours(roll)
+    per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
+    per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
+    per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",
+                            "Held and real GPU-hours per Kubernetes pod (namespace/pod).")
+    hourly = _hourly_demand(demand)
+    return Breakdowns(_per_node(g), _per_gpu(g), per_user, per_job, per_pod, _hour_of_week(g), _per_week(g),
+                      _demand_table(hourly, bucket_s), _demand_duration(hourly))
+
+
+def _per_node(g: pl.DataFrame) -> Table:
     node = _wrs_ratios(
         g.group_by("host").agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus")).sort("host")
     )
-    per_node = table("per_node", "Utilization per node.", node,
-                     (TableColumn(PerNodeColumns.HOST, "", "node"),
-                      TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
+    return table("per_node", "Utilization per node.", node,
+                 (TableColumn(PerNodeColumns.HOST, "", "node"),
+                  TableColumn(PerNodeColumns.GPUS, "count", "GPUs seen"), *_WRS), SRC_SAMPLES)
 
+
+def _per_gpu(g: pl.DataFrame) -> Table:
     gpu = _wrs_ratios(
         g.group_by("host", "gpu_uuid", "mig_instance")
         .agg(
@@ -381,10 +392,10 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
             pl.col("mem_total_bytes").max(),
             _ratio(pl.col("energy_j").sum(), pl.col("energy_s").sum()).alias("average_power_w"),
         )
-        .with_columns(_gpu_label(), (pl.col("runtime_gpu_hours") <= 0).alias("never_used"))
+        .with_columns(gpu_label(), (pl.col("runtime_gpu_hours") <= 0).alias("never_used"))
         .sort("host", "gpu")
     )
-    per_gpu = table(
+    return table(
         "per_gpu", "Utilization per GPU (MIG slices separately).", gpu,
         (TableColumn(PerGpuColumns.HOST, "", "node"),
          TableColumn(PerGpuColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
@@ -398,38 +409,44 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
         SRC_SAMPLES,
     )
 
-    hh = holder_hours(roll)
-    per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
-    per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
-    per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",
-                            "Held and real GPU-hours per Kubernetes pod (namespace/pod).")
 
-    ts = pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+def _hour_ts() -> pl.Expr:
+    return pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC")
+
+
+def _hour_of_week(g: pl.DataFrame) -> Table:
+    ts = _hour_ts()
     how = _wrs_ratios(
         g.with_columns((ts.dt.weekday() - 1).alias("day_of_week"), ts.dt.hour().alias("hour_of_day"))
         .group_by("day_of_week", "hour_of_day").agg(*_wrs_aggs()).sort("day_of_week", "hour_of_day")
     )
-    hour_of_week = table(
+    return table(
         "hour_of_week", "Utilization by hour of the week (UTC), summed over the trial's weeks.", how,
         (TableColumn(HourOfWeekColumns.DAY_OF_WEEK, "", "0 = Monday … 6 = Sunday"),
          TableColumn(HourOfWeekColumns.HOUR_OF_DAY, "", "0-23 UTC"), *_WRS),
         SRC_SAMPLES,
     )
+
+
+def _per_week(g: pl.DataFrame) -> Table:
     week = _wrs_ratios(
-        g.with_columns(ts.dt.truncate("1w").dt.date().alias("week_start"))
+        g.with_columns(_hour_ts().dt.truncate("1w").dt.date().alias("week_start"))
         .group_by("week_start")
         .agg(*_wrs_aggs(), pl.col("gpu_uuid").n_unique().alias("gpus"))
         .sort("week_start")
         .with_columns(pl.col("week_start").cast(pl.String).alias("week"))
     )
-    per_week = table(
+    return table(
         "per_week", "Weekly trend (weeks start on Monday, UTC).", week,
         (TableColumn(PerWeekColumns.WEEK, "", "Monday the week starts on"),
          TableColumn(PerWeekColumns.GPUS, "count", "GPUs reporting"), *_WRS),
         SRC_SAMPLES,
     )
 
-    hourly = (
+
+def _hourly_demand(demand: pl.DataFrame) -> pl.DataFrame:
+    """The demand buckets as hourly means and peaks."""
+    return (
         demand.with_columns(((pl.col("bucket_s") // H) * H).alias("hour_s"))
         .group_by("hour_s")
         .agg(
@@ -440,9 +457,12 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
             pl.col("gpus_reporting").mean().alias("gpus_reporting"),
         )
         .sort("hour_s")
-        .with_columns(pl.from_epoch(pl.col("hour_s").cast(pl.Int64), "s").dt.replace_time_zone("UTC").alias("hour"))
+        .with_columns(_hour_ts().alias("hour"))
     )
-    demand_table = table(
+
+
+def _demand_table(hourly: pl.DataFrame, bucket_s: float) -> Table:
+    return table(
         "demand",
         f"Fleet demand per hour (mean and peak of {bucket_s:g} s buckets): GPUs held by processes and "
         "SM-weighted GPUs in use.",
@@ -455,9 +475,12 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
          TableColumn(DemandColumns.GPUS_REPORTING, "GPUs", "mean GPUs with samples")),
         SRC_SAMPLES + " (level 'demand')",
     )
+
+
+def _demand_duration(hourly: pl.DataFrame) -> Table:
     held = [float(v or 0) for v in hourly[DemandColumns.GPUS_HELD].to_list()] if hourly.height else []
     xs, ys = duration_curve(sorted(held, reverse=True))
-    duration = Table(
+    return Table(
         "demand_duration", "Share of hours in which the fleet held at least this many GPUs (hourly means).",
         (TableColumn(DemandDurationColumns.GPUS_HELD, "GPUs", "a level of hourly mean GPUs held"),
          TableColumn(DemandDurationColumns.SHARE_OF_HOURS, "fraction", "share of hours at or above it")),
@@ -465,8 +488,6 @@ def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) 
               for x, y in zip(xs, ys, strict=True)) if held else (),
         SRC_SAMPLES + " (level 'demand')",
     )
-    return Breakdowns(per_node, per_gpu, per_user, per_job, per_pod, hour_of_week, per_week, demand_table,
-                      duration)
 
 
 def duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
@@ -531,106 +552,3 @@ def elastic(roll: Rollups, demand: pl.DataFrame) -> Elastic:
     peak = _num(demand["elastic_gpus_reporting"].max() or 0.0) if demand.height else 0.0
     return Elastic(frozenset(e["gpu_uuid"].to_list()), int(e["gpu_uuid"].n_unique()),
                    _num(e["gpu_fraction"].sum() or 0.0), peak, _num(e["observed_s"].sum() or 0.0) / H)
-
-
-def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
-                 el: Elastic | None = None) -> DataQuality:
-    g = roll.gpu_hours
-    el = el or NO_ELASTIC
-    start, end = tr.start.timestamp(), tr.end.timestamp()
-    window_hours = slot_index(end) - math.floor(start / H) + 1
-    stop_after = cfg.analysis.stopped_reporting_after_hours * H
-    per = (
-        g.group_by("host", "gpu_uuid", "mig_instance")
-        .agg(
-            (pl.col("observed_s").sum() / pl.col("gpu_fraction").max() / H).alias("observed_hours"),
-            pl.col("hour_s").n_unique().alias("hours_with_samples"),
-            pl.col("first_s").min(),
-            pl.col("last_s").max(),
-        )
-        .with_columns(
-            _gpu_label(),
-            (pl.col("observed_hours") / (t.trial_hours if t.trial_hours > 0 else 1.0)).alias("coverage"),
-            # an elastic GPU's absent time is capacity that did not exist, not a gap
-            pl.when(pl.col("gpu_uuid").is_in(list(el.uuids))).then(0).otherwise(
-                pl.lit(window_hours) - pl.col("hours_with_samples")).alias("gap_hours"),
-            ((pl.col("last_s") < end - stop_after) & ~pl.col("gpu_uuid").is_in(list(el.uuids)))
-            .alias("stopped_reporting"),
-            pl.from_epoch(pl.col("first_s"), "s").dt.replace_time_zone("UTC").alias("first_sample"),
-            pl.from_epoch(pl.col("last_s"), "s").dt.replace_time_zone("UTC").alias("last_sample"),
-        )
-        .sort("coverage", "gpu")
-    )
-    stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
-    capacity = cfg.analysis.fleet_gpus or t.gpu_equivalents  # the whole fleet when it is configured
-    coverage = t.w / (capacity * t.trial_hours) if t.trial_hours > 0 else 0.0
-    if el.equivalents > 0:  # over the steady GPUs only: elastic ones are covered whenever they exist
-        seen = t.gpu_equivalents - el.equivalents
-        capacity = max(cfg.analysis.fleet_gpus - el.peak, seen) if cfg.analysis.fleet_gpus else seen
-        w = t.w - el.observed_gpu_hours
-        coverage = w / (capacity * t.trial_hours) if capacity > 1e-9 and t.trial_hours > 0 else 1.0
-    gap_hours = float(per["gap_hours"].sum())
-    warnings = []
-    if tr.provisional:
-        warnings.append(
-            f"the trial covers {fmt.span(tr.days)}, less than {cfg.decision.provisional_below_days:g}: the decision "
-            "is provisional"
-        )
-    if upper:
-        warnings.append(
-            f"SM activity was not measured for {t.fallback / t.w:.0%} of observed time (engine-active or duty cycle "
-            "only): real utilization is an upper bound"
-        )
-    if stopped:
-        warnings.append(f"{len(stopped)} GPU(s) stopped reporting before the end of the trial")
-    if t.energy_estimated > 0:
-        warnings.append(f"energy was estimated from power (power × time: no energy counter) for "
-                        f"{t.energy_estimated / t.w:.0%} of observed GPU-hours")
-    if coverage < 0.9:
-        seen_share = (t.gpu_equivalents - el.equivalents) / capacity if capacity > 0 else 1.0
-        if seen_share < 0.999:  # the configured fleet is larger than what reported: not (only) gaps
-            warnings.append(f"coverage is {coverage:.0%}: {t.gpu_equivalents:,.0f} of the {capacity:,.0f} fleet GPUs "
-                            "reported (the rest had no agent, assumed to look like those that did)"
-                            + ("" if coverage >= 0.9 * seen_share else "; the GPUs seen also have gaps"))
-        else:
-            warnings.append(f"coverage is {coverage:.0%}: GPUs were not sampled all the time (gaps)")
-    if t.unmeasured > 0:
-        warnings.append(f"{t.unmeasured / t.w:.1%} of observed time has neither SM activity nor duty cycle "
-                        "(counted as idle)")
-    if t.overlap > 1e-6:
-        warnings.append(f"{t.overlap:,.1f} GPU-hours of overlapping samples were counted once (copied files, an "
-                        "import over agent data, or two agents on one GPU)")
-    for f in roll.skipped_files:
-        warnings.append(f"left out file {f}")
-    warnings.extend(roll.rejected_rows)
-    gpus = table(
-        "gpus", "Coverage per GPU.", per,
-        (TableColumn(GpuCoverageColumns.HOST),
-         TableColumn(GpuCoverageColumns.GPU, "", "GPU UUID (/migN for a MIG slice)"),
-         TableColumn(GpuCoverageColumns.OBSERVED_HOURS, "hours", "time covered by samples"),
-         TableColumn(GpuCoverageColumns.COVERAGE, "fraction", "observed hours ÷ trial hours"),
-         TableColumn(GpuCoverageColumns.GAP_HOURS, "hours", "hours of the trial window without a sample"),
-         TableColumn(GpuCoverageColumns.FIRST_SAMPLE, "UTC"),
-         TableColumn(GpuCoverageColumns.LAST_SAMPLE, "UTC"),
-         TableColumn(GpuCoverageColumns.STOPPED_REPORTING, "",
-                     "last sample more than the threshold before the trial end")),
-        SRC_SAMPLES,
-    )
-    return DataQuality(
-        coverage=Figure(coverage, "fraction", "W ÷ (fleet GPU equivalents × trial hours)", SRC_SAMPLES,
-                        "Share of GPU time covered by samples: 1 means every GPU reported all the time."),
-        gap_hours=Figure(gap_hours, "hours", "Σ over GPUs of trial hours without a sample", SRC_SAMPLES,
-                         "Hours in which a GPU sent no sample."),
-        trial_days=Figure(tr.days, "days", "(last interval end − first interval start) / 86400", SRC_SAMPLES,
-                          "Length of the trial."),
-        stopped_reporting=stopped,
-        unmeasured_share=Figure(t.unmeasured / t.w, "fraction", "GPU-hours with neither sm_active nor "
-                                "duty_cycle / W", SRC_SAMPLES, "Observed time with no activity metric."),
-        gpus=gpus,
-        warnings=tuple(warnings),
-        overlap_gpu_hours=Figure(t.overlap, "GPU-h", "Σ overlap_s / 3600", SRC_SAMPLES,
-                                 "Duplicate or overlapping samples removed: a lower-precedence source over the same "
-                                 "GPU-time (agent GPM > DCGM import > duty cycle), or one source's rows that overlap "
-                                 "in time."),
-        rejected_rows=roll.rejected_rows,
-    )
