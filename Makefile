@@ -23,10 +23,13 @@ $(DEVSTAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/gpuaudit demo
 
+# Three workers on two cores: many tests wait on a child process, a real Prometheus or Chromium, and a third
+# worker runs while they wait; worksteal keeps every worker busy to the end (tests/conftest.py starts the long
+# modules first).
 test: $(DEVSTAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 2 -q --durations=15
+	$(BIN)/pytest -n 3 --dist worksteal -q --durations=15
 
 # The files whose tests run real processes, threads and clocks, with both cores kept busy by two spinning
 # processes for the whole run: they must pass on a loaded machine (they wait on events and counts, never on

@@ -15,6 +15,17 @@ from gpuaudit import schema, store
 from gpuaudit.sim import bulk as sim
 
 
+# The modules with the longest single tests (a JVM, a fresh venv, a real Prometheus scraping an agent, random
+# kills), measured with --durations: started first, so that no worker begins a long one when the rest are done.
+LONG_FIRST = ("test_spark.py", "test_package.py", "test_analysis_scenarios.py", "test_agent_crash.py",
+              "test_collection.py", "test_gpu_check.py", "test_import_prometheus_agent.py", "test_rollup_cache.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
+
+
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pl.DataFrame]:
     """One simulated 8-GPU node over 2 days (both tables), read back as frames."""
