@@ -14,7 +14,6 @@ from tests.s3_helpers import S3Server, moto_s3
 from gpuaudit import schema, store
 from gpuaudit.sim import bulk as sim
 
-
 # The modules with the longest single tests (a JVM, a fresh venv, a real Prometheus scraping an agent, random
 # kills), measured with --durations: started first, so that no worker begins a long one when the rest are done.
 LONG_FIRST = ("test_spark.py", "test_package.py", "test_analysis_scenarios.py", "test_agent_crash.py",

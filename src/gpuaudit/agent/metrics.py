@@ -35,12 +35,12 @@ from gpuaudit import __version__
 from gpuaudit.errors import GpuauditError
 
 NAMES = ("gpuaudit", "dcgm", "both")
-REQUEST_TIMEOUT_S = 5.0  # a connection idle (or trickling) this long is closed
+_REQUEST_TIMEOUT_S = 5.0  # a connection idle (or trickling) this long is closed
 MAX_CONNECTIONS = 4  # scrapes served at once; Prometheus sends one per target at a time
 MIB = 1024 * 1024
 # Text format 0.0.4: every name here is a classic one, so the body is the same as 1.0.0's, and every
 # Prometheus (2.x included) and scraper reads this type.
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 GPU_LABELS = ("host", "gpu_uuid", "gpu_index", "gpu_name", "mig_instance", "mig_profile")
 # The dataset's column names: none clashes with a label Prometheus or the Operator attaches to a target (job,
@@ -108,7 +108,7 @@ def _is_loopback(host: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class _Snapshot:
     """What one scrape renders: the last interval's rows and holders, and the agent's counters."""
 
     rows: tuple[dict[str, Any], ...] = ()
@@ -131,7 +131,7 @@ class MetricsState:
 
     def __init__(self, host: str) -> None:
         self.host = host
-        self.snapshot = Snapshot()
+        self.snapshot = _Snapshot()
         self._energy: dict[tuple[str, str], float] = {}
         self.updates = 0
         self._changed = threading.Condition()  # notified at each update (tests wait on it, never on sleeps)
@@ -154,7 +154,7 @@ class MetricsState:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         counters = {**counters, "cpu_seconds": ru.ru_utime + ru.ru_stime, "peak_rss_bytes": ru.ru_maxrss * 1024.0}
         ts = max((r["ts"].timestamp() for r in rows), default=None)
-        self.snapshot = Snapshot(tuple(rows), tuple(sorted(held.items())), dict(self._energy), counters,
+        self.snapshot = _Snapshot(tuple(rows), tuple(sorted(held.items())), dict(self._energy), counters,
                                  ts if ts is not None else self.snapshot.ts)
         with self._changed:
             self.updates += 1
@@ -166,7 +166,7 @@ class MetricsState:
             return self._changed.wait_for(lambda: self.updates >= n, timeout_s)
 
 
-class AgentCollector(Collector):
+class _AgentCollector(Collector):
     """Renders the current snapshot; never touches NVML or the disk."""
 
     def __init__(self, state: MetricsState, names: str = "gpuaudit") -> None:
@@ -181,7 +181,7 @@ class AgentCollector(Collector):
             yield from self._dcgm(snap)
         yield from self._agent(snap)
 
-    def _gpuaudit(self, snap: Snapshot) -> Iterable[Metric]:
+    def _gpuaudit(self, snap: _Snapshot) -> Iterable[Metric]:
         labels = [[_s(r.get(k)) for k in GPU_LABELS] for r in snap.rows]
         for name, key, doc, scale in GPU_GAUGES:
             g = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
@@ -203,7 +203,7 @@ class AgentCollector(Collector):
             h.add_metric(list(hl), float(n))
         yield h
 
-    def _dcgm(self, snap: Snapshot) -> Iterable[Metric]:
+    def _dcgm(self, snap: _Snapshot) -> Iterable[Metric]:
         # dcgm-exporter emits one series per pod holding the GPU (its pod labels), or one without pod labels.
         pods: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
         for hl, _n in snap.holders:
@@ -232,7 +232,7 @@ class AgentCollector(Collector):
                 e.add_metric(lv, total * 1000.0)
         yield e
 
-    def _agent(self, snap: Snapshot) -> Iterable[Metric]:
+    def _agent(self, snap: _Snapshot) -> Iterable[Metric]:
         c = snap.counters
         host = [self.state.host]
         info = GaugeMetricFamily("gpuaudit_agent_info", "The agent's version (always 1)", labels=("host", "version"))
@@ -266,7 +266,7 @@ class AgentCollector(Collector):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    timeout = REQUEST_TIMEOUT_S  # socket timeout for every read: an idle client is dropped
+    timeout = _REQUEST_TIMEOUT_S  # socket timeout for every read: an idle client is dropped
     server: _Server
     protocol_version = "HTTP/1.0"  # one request per connection: no keep-alive to hold a slot
 
@@ -282,7 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         out = generate_latest(self.server.registry)
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Type", _CONTENT_TYPE)
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         if body:
@@ -308,7 +308,7 @@ class _Server(ThreadingHTTPServer):
             self.refused += 1
             self.shutdown_request(request)
             return
-        request.settimeout(REQUEST_TIMEOUT_S)
+        request.settimeout(_REQUEST_TIMEOUT_S)
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
@@ -328,7 +328,7 @@ class MetricsServer:
         if names not in NAMES:
             raise GpuauditError(f"--metrics-names must be one of {', '.join(NAMES)}, got {names!r}")
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(AgentCollector(state, names))
+        self.registry.register(_AgentCollector(state, names))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             self.httpd = _Server((host, port), self.registry, family)
@@ -348,4 +348,4 @@ class MetricsServer:
         t0 = time.monotonic()
         self.httpd.shutdown()
         self.httpd.server_close()
-        self.thread.join(timeout=max(0.0, REQUEST_TIMEOUT_S - (time.monotonic() - t0)))
+        self.thread.join(timeout=max(0.0, _REQUEST_TIMEOUT_S - (time.monotonic() - t0)))

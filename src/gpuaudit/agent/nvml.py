@@ -99,13 +99,13 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class ComputeProcess:
+class _ComputeProcess:
     pid: int
     used_bytes: int | None  # None: the driver does not say (e.g. no permission)
 
 
 @dataclass(frozen=True)
-class ProcessSample:
+class _ProcessSample:
     """One entry of nvmlDeviceGetProcessUtilization: a process's SM utilization, percent."""
 
     pid: int
@@ -114,7 +114,7 @@ class ProcessSample:
 
 
 @dataclass(frozen=True)
-class MigChild:
+class _MigChild:
     """A MIG instance of a GPU: its device handle, GPU instance id, name and size in slices."""
 
     handle: Handle
@@ -125,7 +125,7 @@ class MigChild:
 
 
 @dataclass
-class GpmResult:
+class _GpmResult:
     """One GPM interval: metric name -> fraction 0-1, or None where that metric's nvmlReturn failed."""
 
     values: dict[str, float | None]
@@ -242,7 +242,7 @@ class Nvml:
         mode = self._query("nvmlDeviceGetMigMode", handle)
         return bool(mode and mode[0])
 
-    def mig_children(self, handle: Handle) -> list[MigChild]:
+    def mig_children(self, handle: Handle) -> list[_MigChild]:
         """The MIG instances of a GPU in MIG mode, by slot; an empty slot is skipped, any other fault raises."""
         slots = self._query("nvmlDeviceGetMaxMigDeviceCount", handle) or 7
         out = []
@@ -257,7 +257,7 @@ class Nvml:
             name = self._query("nvmlDeviceGetName", mh)
             attrs = self._query("nvmlDeviceGetAttributes", mh)
             slices = getattr(attrs, "gpuInstanceSliceCount", 0) if attrs is not None else 0
-            out.append(MigChild(mh, int(gi), name, int(slices or 0), int(slots)))
+            out.append(_MigChild(mh, int(gi), name, int(slices or 0), int(slots)))
         return out
 
     # --- fields ---------------------------------------------------------------------------------------
@@ -299,21 +299,21 @@ class Nvml:
         got = self._query("nvmlDeviceGetTemperature", handle, self._const("NVML_TEMPERATURE_GPU", 0))
         return None if got is None else int(got)
 
-    def compute_processes(self, handle: Handle) -> list[ComputeProcess] | None:
+    def compute_processes(self, handle: Handle) -> list[_ComputeProcess] | None:
         listed = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
         if listed is None:
             return None
         out = []
         for p in listed:
             used = getattr(p, "usedGpuMemory", None)
-            out.append(ComputeProcess(int(p.pid), int(used) if used is not None else None))
+            out.append(_ComputeProcess(int(p.pid), int(used) if used is not None else None))
         return out
 
-    def process_utilization(self, handle: Handle, last_seen_us: int) -> list[ProcessSample]:
+    def process_utilization(self, handle: Handle, last_seen_us: int) -> list[_ProcessSample]:
         """Per-process SM utilization samples newer than `last_seen_us`. NVML refuses this in many ways
         (NotFound when idle, NotSupported on MIG, ...): each is a DeviceFault, for the caller to judge."""
         raw = self._call("nvmlDeviceGetProcessUtilization", handle, last_seen_us)
-        return [ProcessSample(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw]
+        return [_ProcessSample(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw]
 
     # --- GPM ------------------------------------------------------------------------------------------
     def gpm_supported(self, handle: Handle) -> bool:
@@ -336,7 +336,7 @@ class Nvml:
         else:
             self._call("nvmlGpmMigSampleGet", handle, gi_id, buf)
 
-    def _gpm_metrics(self, sample1: Any, sample2: Any) -> GpmResult:
+    def _gpm_metrics(self, sample1: Any, sample2: Any) -> _GpmResult:
         """The four GPM metrics between two samples, as fractions; each metric's own nvmlReturn is checked
         (a metric this GPU does not support is None, the others still count)."""
         m = self.m
@@ -357,7 +357,7 @@ class Nvml:
                 values[name] = None
                 continue
             values[name] = min(max(float(metric.value) / 100.0, 0.0), 1.0)
-        return GpmResult(values)
+        return _GpmResult(values)
 
 
 class GpmBuffers:
@@ -375,7 +375,7 @@ class GpmBuffers:
         self._nvml._gpm_take(self._handle, self._gi_id, self._bufs[self._current])
         self.primed = True
 
-    def advance(self) -> GpmResult:
+    def advance(self) -> _GpmResult:
         """Take the end sample of this interval and return the metrics since the previous one."""
         nxt = 1 - self._current
         self._nvml._gpm_take(self._handle, self._gi_id, self._bufs[nxt])

@@ -97,7 +97,7 @@ def _user_name(uid: int) -> str:
 
 
 @dataclass
-class ProcInfo:
+class _ProcInfo:
     user: str | None = None
     job_id: str | None = None
     k8s_namespace: str | None = None
@@ -142,7 +142,7 @@ class ProcAttributor:
     def __init__(self, proc_root: Path = Path("/proc"), pods: PodNames | None = None) -> None:
         self.proc_root = proc_root
         self.pods = pods or PodNames()
-        self._cache: dict[int, ProcInfo] = {}
+        self._cache: dict[int, _ProcInfo] = {}
 
     def __call__(self, pid: int) -> dict[str, Any]:
         info = self._cache.get(pid)
@@ -164,8 +164,8 @@ class ProcAttributor:
         except OSError:
             return None
 
-    def read(self, pid: int) -> ProcInfo:
-        info = ProcInfo()
+    def read(self, pid: int) -> _ProcInfo:
+        info = _ProcInfo()
         status = self._read_text(pid, "status")
         if status is not None and (uid := parse_status_uid(status)) is not None:
             info.user = _user_name(uid)

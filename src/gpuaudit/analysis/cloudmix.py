@@ -43,7 +43,7 @@ def priced_mix(
         spot_lost_hours_per_interruption=cloud.spot_lost_hours_per_interruption,
         text="",
     )
-    return dataclasses.replace(mix, text=mix_text(mix))
+    return dataclasses.replace(mix, text=_mix_text(mix))
 
 
 def combined(mixes: list[tuple[PricedMix | None, float]]) -> PricedMix | None:
@@ -59,7 +59,7 @@ def combined(mixes: list[tuple[PricedMix | None, float]]) -> PricedMix | None:
     mix = PricedMix(avg("reserved_share"), avg("spot_share"), avg("capacity_block_share"), avg("on_demand_share"),
                     avg("usd_per_gpu_hour"), avg("on_demand_usd_per_gpu_hour"), parts[0][0].spot_interruptions_per_hour,
                     parts[0][0].spot_lost_hours_per_interruption, text="")
-    text = mix_text(mix) + (" (the models' own, weighted by the GPU-hours each rents)" if len(parts) > 1 else "")
+    text = _mix_text(mix) + (" (the models' own, weighted by the GPU-hours each rents)" if len(parts) > 1 else "")
     return dataclasses.replace(mix, text=text)
 
 
@@ -72,7 +72,7 @@ def _pct(share: float) -> str:
     return f"{whole} %"
 
 
-def mix_text(mix: PricedMix) -> str:
+def _mix_text(mix: PricedMix) -> str:
     """The mix actually priced, its effective price and the list price it derives from: "priced as 100 % spot
     at $3.17/GPU-h; on demand $6.88/GPU-h"."""
     parts = [

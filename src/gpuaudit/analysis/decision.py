@@ -37,17 +37,17 @@ _OPS: dict[Op, Callable[[Any, Any], bool]] = {
 }
 
 
-class Fact(enum.StrEnum):
+class _Fact(enum.StrEnum):
     REAL_UTILIZATION = "real_utilization"
     LATENCY_SENSITIVE = "latency_sensitive"
     DATA_RESIDENCY = "data_residency"
 
 
 @dataclass(frozen=True)
-class Cond:
+class _Cond:
     """`fact op threshold`; threshold is a literal or the name of a DecisionInputs threshold."""
 
-    fact: Fact
+    fact: _Fact
     op: Op
     threshold: float | bool | str
 
@@ -56,26 +56,26 @@ class Cond:
 class Rule:
     id: str
     branch: Branch
-    conditions: tuple[Cond, ...]
+    conditions: tuple[_Cond, ...]
     description: str
     caveat: str = ""
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("data-residency", Branch.ON_PREM, (Cond(Fact.DATA_RESIDENCY, Op.EQ, True),),
+    Rule("data-residency", Branch.ON_PREM, (_Cond(_Fact.DATA_RESIDENCY, Op.EQ, True),),
          "Data residency forbids the cloud: on-prem, whatever the utilization."),
-    Rule("low-utilization", Branch.CLOUD, (Cond(Fact.REAL_UTILIZATION, Op.LT, "cloud_below"),),
+    Rule("low-utilization", Branch.CLOUD, (_Cond(_Fact.REAL_UTILIZATION, Op.LT, "cloud_below"),),
          "Real utilization below the cloud threshold: the cloud, where a GPU is paid for only while it is rented "
          "(an owned one costs money idle)."),
-    Rule("mid-utilization", Branch.HYBRID, (Cond(Fact.REAL_UTILIZATION, Op.LE, "on_prem_above"),),
+    Rule("mid-utilization", Branch.HYBRID, (_Cond(_Fact.REAL_UTILIZATION, Op.LE, "on_prem_above"),),
          "Real utilization between the thresholds: hybrid, keep the steady base on-prem and burst to the "
          "cloud."),
     Rule("high-utilization-latency", Branch.ON_PREM,
-         (Cond(Fact.REAL_UTILIZATION, Op.GT, "on_prem_above"), Cond(Fact.LATENCY_SENSITIVE, Op.EQ, True)),
+         (_Cond(_Fact.REAL_UTILIZATION, Op.GT, "on_prem_above"), _Cond(_Fact.LATENCY_SENSITIVE, Op.EQ, True)),
          "High real utilization and latency-sensitive: on-prem.",
          "re-evaluate every six months: spot pricing changes"),
     Rule("high-utilization", Branch.ON_PREM,
-         (Cond(Fact.REAL_UTILIZATION, Op.GT, "on_prem_above"), Cond(Fact.LATENCY_SENSITIVE, Op.EQ, False)),
+         (_Cond(_Fact.REAL_UTILIZATION, Op.GT, "on_prem_above"), _Cond(_Fact.LATENCY_SENSITIVE, Op.EQ, False)),
          "High real utilization, not latency-sensitive: on-prem may pay, but check egress first.",
          "check egress first: on-prem pays only if moving data out of the cloud is not the cheaper fix"),
 )
@@ -85,11 +85,11 @@ RULES: tuple[Rule, ...] = (
 _DECIMALS = 9
 
 
-def _facts(inputs: DecisionInputs) -> Mapping[Fact, Any]:
+def _facts(inputs: DecisionInputs) -> Mapping[_Fact, Any]:
     return {
-        Fact.REAL_UTILIZATION: round(inputs.real_utilization, _DECIMALS),
-        Fact.LATENCY_SENSITIVE: inputs.latency_sensitive,
-        Fact.DATA_RESIDENCY: inputs.data_residency,
+        _Fact.REAL_UTILIZATION: round(inputs.real_utilization, _DECIMALS),
+        _Fact.LATENCY_SENSITIVE: inputs.latency_sensitive,
+        _Fact.DATA_RESIDENCY: inputs.data_residency,
     }
 
 
@@ -115,7 +115,7 @@ def evaluate(inputs: DecisionInputs, rules: tuple[Rule, ...] = RULES) -> tuple[R
 def branch_for(real_utilization: float, inputs: DecisionInputs, rules: tuple[Rule, ...] = RULES) -> Branch:
     """The branch for another real utilization with the same flags (the bootstrap calls this per
     resample, so it skips building the evaluated-conditions record)."""
-    facts = {**_facts(inputs), Fact.REAL_UTILIZATION: round(real_utilization, _DECIMALS)}
+    facts = {**_facts(inputs), _Fact.REAL_UTILIZATION: round(real_utilization, _DECIMALS)}
     for rule in rules:
         if all(c.op.fn(facts[c.fact], _threshold(c.threshold, inputs)) for c in rule.conditions):
             return rule.branch

@@ -46,7 +46,7 @@ def _pod() -> pl.Expr:
 def holder_keys(h: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     """Every key a holder row can match (job id, pod name, pod UID), with `cols` carried along. A holders frame
     without the pod_uid column matches by name and name-as-UID only."""
-    uid = [h.filter(pl.col("pod_uid") != "").select(*cols, (UID + pl.col("pod_uid")).alias("key"))] \
+    uid = [h.filter(pl.col("pod_uid") != "").select(*cols, (UID + pl.col("pod_uid")).alias("key"))]\
         if "pod_uid" in h.columns else []
     return pl.concat([
         h.filter(pl.col("job_id") != "").select(*cols, (JOB + pl.col("job_id")).alias("key")),
@@ -69,13 +69,13 @@ def matches(alloc_hours: pl.DataFrame, id_col: str, holders: pl.DataFrame, cols:
     return pl.concat([by_uid, hits.join(by_uid.select(id_col).unique(), on=id_col, how="anti")])
 
 
-def holder_key() -> pl.Expr:
+def _holder_key() -> pl.Expr:
     """A holder's first key: its job id, else its pod name (null when it has neither)."""
     return (pl.when(pl.col("job_id") != "").then(JOB + pl.col("job_id"))
             .when(pl.col("k8s_pod") != "").then(POD + _pod())
             .otherwise(pl.lit(None)))
 
 
-def uid_key() -> pl.Expr:
+def _uid_key() -> pl.Expr:
     """A holder's pod as a UID key (for a pod known by its UID only)."""
     return UID + pl.col("k8s_pod")

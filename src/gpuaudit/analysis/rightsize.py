@@ -28,7 +28,7 @@ def assumption(headroom: float) -> str:
     )
 
 
-def target_config(pr: Pricing, key: str) -> Config | None:
+def _target_config(pr: Pricing, key: str) -> Config | None:
     """The config a model is rented at: its pool's where the fleet has it, else the fleet's config with the
     catalogue's instance price (None: the model has no price)."""
     for j, spec in enumerate(pr.specs):
@@ -61,7 +61,7 @@ def right_size(pr: Pricing, key: str, cfg: Config, gpu_hours: pl.DataFrame) -> R
     for k, m in pr.base.models.items():
         if k == key or not m.dense_fp16_tflops or not m.memory_bytes:
             continue
-        tc = target_config(pr, k)
+        tc = _target_config(pr, k)
         if tc is None:
             continue
         p = costs.cloud_prices(tc).flexible

@@ -14,7 +14,7 @@ from typing import Any
 # dense_fp16_tflops is no price: it is the right-size lever's relative throughput (analysis/rightsize.py).
 FIGURES = ("instance_usd_per_hour", "gpus_per_instance", "hardware_usd_per_gpu", "idle_watts_per_gpu",
            "busy_watts_per_gpu", "gpus_per_node", "memory_bytes", "dense_fp16_tflops")
-INT_FIGURES = frozenset({"gpus_per_instance", "gpus_per_node", "memory_bytes"})
+_INT_FIGURES = frozenset({"gpus_per_instance", "gpus_per_node", "memory_bytes"})
 GIB = 1024**3
 
 
@@ -70,7 +70,7 @@ def _load() -> dict[str, ModelSpec]:
         values: dict[str, Any] = {}
         for f in FIGURES:
             v = table.get(f)
-            values[f] = None if v is None else (int(v) if f in INT_FIGURES else float(v))
+            values[f] = None if v is None else (int(v) if f in _INT_FIGURES else float(v))
             if v is not None and f not in sources:
                 raise RuntimeError(f"models.toml: {key}.{f} has no source")  # a shipped-file bug: tests catch it
         out[key] = ModelSpec(key=key, name=table["name"], instance=table.get("instance", ""), sources=sources,
@@ -135,13 +135,13 @@ def _rule(tokens: list[str], memory_bytes: int | None) -> str | None:
     return None
 
 
-SLUG_MAX_CHARS = 40
+_SLUG_MAX_CHARS = 40
 
 
 def slug(name: str) -> str:
     """A key for a name the catalogue does not know: lower case, words joined by '-', no 'nvidia' / 'tesla',
     at most SLUG_MAX_CHARS characters; 'unknown' when nothing is left."""
-    s = "-".join(_tokens(name))[:SLUG_MAX_CHARS].strip("-")
+    s = "-".join(_tokens(name))[:_SLUG_MAX_CHARS].strip("-")
     return s or "unknown"
 
 

@@ -39,11 +39,11 @@ SOURCE = schema.ALLOC_SOURCE_KUBERNETES
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(\d)g_(\d+)gb")
 _RESOURCES = "nvidia_com_gpu|nvidia_com_mig_.+"
 _KEY = ("namespace", "pod", "uid", "node", "resource")
-PRODUCT_LABEL = "label_nvidia_com_gpu_product"  # kube-state-metrics' name of the node label nvidia.com/gpu.product
+_PRODUCT_LABEL = "label_nvidia_com_gpu_product"  # kube-state-metrics' name of the node label nvidia.com/gpu.product
 ALLOWLIST_FLAG = "--metric-labels-allowlist=nodes=[nvidia.com/gpu.product]"
 
 
-def requests_query(selector: str = "") -> str:
+def _requests_query(selector: str = "") -> str:
     """PromQL: GPUs requested per running pod, node and GPU resource, as the scheduler reserves them: the larger
     of the sum of the app containers' requests and the largest init container's (several kube-state-metrics
     replicas report the same series: `max` over the replicas of each container, and over the pod's phase)."""
@@ -53,19 +53,19 @@ def requests_query(selector: str = "") -> str:
     def per_container(metric: str) -> str:
         return f'max by ({by}, container) ({metric}{{resource=~"{_RESOURCES}"{extra}}})'
 
-    app = f'label_replace(sum by ({by}) ({per_container("kube_pod_container_resource_requests")}), ' \
+    app = f'label_replace(sum by ({by}) ({per_container("kube_pod_container_resource_requests")}), '\
           '"gpuaudit_part", "app", "pod", ".*")'
-    init = f'label_replace(max by ({by}) ({per_container("kube_pod_init_container_resource_requests")}), ' \
+    init = f'label_replace(max by ({by}) ({per_container("kube_pod_init_container_resource_requests")}), '\
            '"gpuaudit_part", "init", "pod", ".*")'
     return (f'max by ({by}) ({app} or {init}) '
             f'* on (namespace, pod, uid) group_left () '
             f'(max by (namespace, pod, uid) (kube_pod_status_phase{{phase="Running"{extra}}}) == 1)')
 
 
-def products_query(selector: str = "") -> str:
+def _products_query(selector: str = "") -> str:
     """PromQL: each node's GPU product label (replicas of kube-state-metrics report the same series)."""
     extra = f", {selector}" if selector else ""
-    return f'max by (node, {PRODUCT_LABEL}) (kube_node_labels{{{PRODUCT_LABEL}!=""{extra}}})'
+    return f'max by (node, {_PRODUCT_LABEL}) (kube_node_labels{{{_PRODUCT_LABEL}!=""{extra}}})'
 
 
 def gpu_equivalents(resource: str, count: float) -> tuple[float, str | None]:
@@ -78,7 +78,7 @@ def gpu_equivalents(resource: str, count: float) -> tuple[float, str | None]:
 
 
 @dataclass
-class KubeImport:
+class _KubeImport:
     start: datetime  # the window evaluated (step-aligned): the import replaces this source's rows in it
     end: datetime
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -87,8 +87,8 @@ class KubeImport:
     warnings: list[str] = field(default_factory=list)
 
 
-def import_rows(client: PromClient | Transport, start: datetime, end: datetime, step_s: int, *,
-                selector: str = "", max_points: int = MAX_POINTS) -> KubeImport:
+def _import_rows(client: PromClient | Transport, start: datetime, end: datetime, step_s: int, *,
+                selector: str = "", max_points: int = MAX_POINTS) -> _KubeImport:
     """Allocation rows (one per pod run per node and resource) for [start, end] from kube-state-metrics."""
     for t, what in ((start, "start"), (end, "end")):
         if t.tzinfo is None:
@@ -103,10 +103,10 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
     points: dict[tuple[str, ...], dict[int, float]] = {}
     products: dict[str, dict[int, str]] = {}  # node -> evaluation time -> product
     try:
-        query = requests_query(selector)
+        query = _requests_query(selector)
         for first, last in chunks(start, end, step_s, max_points):
-            for item in prom.query_range(products_query(selector), first, last, step_s):
-                node, product = (str(item["metric"].get(k, "")) for k in ("node", PRODUCT_LABEL))
+            for item in prom.query_range(_products_query(selector), first, last, step_s):
+                node, product = (str(item["metric"].get(k, "")) for k in ("node", _PRODUCT_LABEL))
                 at = products.setdefault(node, {})
                 for pair in item["values"]:
                     try:
@@ -128,7 +128,7 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
     finally:
         if owned:
             prom.pc.close()
-    out = KubeImport(start, end)
+    out = _KubeImport(start, end)
     pods: set[tuple[str, str, str]] = set()
     unlabelled: set[str] = set()
     for (namespace, pod, uid, node, resource), series in sorted(points.items()):
@@ -154,7 +154,7 @@ def import_rows(client: PromClient | Transport, start: datetime, end: datetime, 
             })
     out.pods = len(pods)
     if unlabelled and not products:
-        out.warnings.append(f"kube_node_labels has no {PRODUCT_LABEL}: the GPU model of the Kubernetes "
+        out.warnings.append(f"kube_node_labels has no {_PRODUCT_LABEL}: the GPU model of the Kubernetes "
                             f"allocations is left empty (run kube-state-metrics with {ALLOWLIST_FLAG}; GPU feature "
                             "discovery sets the node label)")
     elif unlabelled:
@@ -192,6 +192,6 @@ def import_kubernetes(root: Any, client: PromClient | Transport, start: datetime
     replacing what earlier imports wrote inside the window."""
     from gpuaudit.importer.allocations import store_rows
 
-    got = import_rows(client, start, end, step_s, selector=selector, max_points=max_points)
+    got = _import_rows(client, start, end, step_s, selector=selector, max_points=max_points)
     return store_rows(root, got.rows, SOURCE, got.pods, got.skipped, {}, window=(got.start, got.end),
                       warnings=got.warnings)

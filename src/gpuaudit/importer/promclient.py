@@ -87,7 +87,7 @@ def transport(url: str, *, bearer_token_file: Path | None = None, user: str | No
                      max_response_bytes=int(max_response_mb * 1024 * 1024))
 
 
-class ResponseTooLarge(Exception):
+class _ResponseTooLarge(Exception):
     """An answer went over Transport.max_response_bytes."""
 
 
@@ -105,13 +105,13 @@ class _CappedAdapter(HTTPAdapter):
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             response.close()
-            raise ResponseTooLarge(int(declared))
+            raise _ResponseTooLarge(int(declared))
         chunks, total = [], 0
         for chunk in response.iter_content(1 << 16):
             total += len(chunk)
             if total > self.max_bytes:
                 response.close()
-                raise ResponseTooLarge(total)
+                raise _ResponseTooLarge(total)
             chunks.append(chunk)
         response._content = b"".join(chunks)  # what requests itself sets when it reads the body
         response._content_consumed = True  # type: ignore[attr-defined]  # private, not in the stubs
@@ -197,7 +197,7 @@ class PromClient:
                 return fn()
         except _DeadlinePassed:
             raise GpuauditError(self._timeout_message()) from None
-        except ResponseTooLarge:
+        except _ResponseTooLarge:
             limit = self.t.max_response_bytes / (1024 * 1024)
             raise GpuauditError(f"Prometheus at {self.t.url} sent an answer larger than {limit:g} MiB "
                                 "(--max-response-mb): lower --max-points, narrow --selector, or raise the limit"

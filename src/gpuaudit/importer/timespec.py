@@ -13,7 +13,7 @@ from gpuaudit.errors import GpuauditError
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 365 * 86400}
 # Times a command accepts: no GPU telemetry predates 2000 (Prometheus itself is from 2012), and nothing is
 # measured after 2100. Outside, a value is a typo (`-1000000d`, `0001-01-01`, `9999-12-31`), not a window.
-EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 
@@ -64,7 +64,7 @@ def parse_time(text: str, now: datetime | None = None, *, option: str | None = N
         ) from None
     except OverflowError:  # an offset reaching before year 1
         raise GpuauditError(f"{_bad(text, option)}: it lies before year 1; use a time within "
-                            f"{EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}") from None
+                            f"{_EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return check_range(parsed.astimezone(UTC), option, text)
@@ -72,10 +72,10 @@ def parse_time(text: str, now: datetime | None = None, *, option: str | None = N
 
 def check_range(t: datetime, option: str | None = None, text: str | None = None) -> datetime:
     """`t` itself, or a one-line error when it lies outside EARLIEST .. LATEST."""
-    if not EARLIEST <= t <= LATEST:
+    if not _EARLIEST <= t <= LATEST:
         raise GpuauditError(f"{_bad(text if text is not None else t.isoformat(), option)}: "
                             f"{t.year:04d}-{t.month:02d}-{t.day:02d} is outside "
-                            f"{EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}")
+                            f"{_EARLIEST:%Y-%m-%d} .. {LATEST:%Y-%m-%d}")
     return t
 
 

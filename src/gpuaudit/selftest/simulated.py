@@ -25,7 +25,7 @@ _SIMULATED_SMS = {"H100": 132, "H200": 132, "A100": 108, "L4": 58}
 
 
 @dataclass
-class CalibratedPattern:
+class _CalibratedPattern:
     """A LoadFn for `gpuaudit selftest --simulate`: what a GPU shows while the calibrated spin kernel runs.
 
     `k` of `sm_count` SMs hold one spinning block each for the first `d` of every `period_s`, then the GPU
@@ -78,7 +78,7 @@ class CalibratedPattern:
         return [target if i == self.unit else idle for i in range(self.n_units)]
 
 
-class VirtualClock:
+class _VirtualClock:
     """Simulated time: a sleep moves the clock instead of waiting."""
 
     def __init__(self, t: float = 1_000_000.0) -> None:
@@ -91,10 +91,10 @@ class VirtualClock:
         self.t += max(seconds, 0.0)
 
 
-class SimulatedLoad:
+class _SimulatedLoad:
     """The simulated load process, and what its kernel would do written into the pattern as it happens."""
 
-    def __init__(self, proc: LoadProcess, pattern: CalibratedPattern, clock: Callable[[], float], *,
+    def __init__(self, proc: LoadProcess, pattern: _CalibratedPattern, clock: Callable[[], float], *,
                  listed_pid: int) -> None:
         self.proc, self.pattern, self.clock = proc, pattern, clock
         self.info = proc.info
@@ -133,14 +133,14 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
         prof = fakenvml.profile(hardware, n_gpus)
     except ValueError as e:
         raise GpuauditError(str(e)) from None
-    vclock = VirtualClock() if virtual_time else None
+    vclock = _VirtualClock() if virtual_time else None
     clock: Callable[[], float] = vclock if vclock is not None else time.monotonic
     n_units = sum(len(g.mig or [None]) for g in prof.gpus)
     foreign = None
     if fault == "busy":
         foreign = fakenvml.Load(sm_active=0.3, duty_cycle=0.6, mem_used_bytes=8 * 1024 * fakenvml.MIB,
                                 processes=[fakenvml.ProcLoad(pid=2**22 + 17, user="bob", command="python train.py")])
-    pattern = CalibratedPattern(n_units, 0, sm_count=1, period_s=config.period_s,
+    pattern = _CalibratedPattern(n_units, 0, sm_count=1, period_s=config.period_s,
                                          sm_offset=0.1 if fault == "miscalibrated" else 0.0, foreign=foreign)
     fake = fakenvml.FakeNvml(prof, pattern, clock=clock, resolution_s=config.period_s / 4, uuid_seed=host)
 
@@ -155,7 +155,7 @@ def simulated_environment(config: SelftestConfig, *, hardware: str = "h100", n_g
             proc = LoadProcess(load_backend, cuda_device=None, period_s=c.period_s)
             pattern.sm_count = int(proc.info["sm_count"])
         listed = proc.pid + 2**22 if fault == "foreign-pid" else proc.pid  # beyond pid_max: no such process here
-        return SimulatedLoad(proc, pattern, clock, listed_pid=listed)
+        return _SimulatedLoad(proc, pattern, clock, listed_pid=listed)
 
     return Environment(nvml=Nvml(fake), start_load=start, clock=clock,
                        sleep=vclock.sleep if vclock is not None else time.sleep, host=host, simulated=True)

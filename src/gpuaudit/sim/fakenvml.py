@@ -56,18 +56,18 @@ class Fault:
 
 
 @dataclass
-class MigSpec:
+class _MigSpec:
     gi_id: int
     profile: str  # e.g. "3g.40gb"
     slices: int
 
 
 @dataclass
-class GpuSpec:
+class _GpuSpec:
     name: str = "NVIDIA H100 80GB HBM3"
     gpm: bool = True
     mem_total_bytes: int = 80 * 1024 * MIB
-    mig: list[MigSpec] | None = None
+    mig: list[_MigSpec] | None = None
     unsupported_metrics: tuple[str, ...] = ()  # GPM metric constant names whose nvmlReturn fails
 
 
@@ -75,15 +75,15 @@ class GpuSpec:
 class Profile:
     """A hardware scenario: the GPUs, which functions are unsupported, which faults happen."""
 
-    gpus: list[GpuSpec]
+    gpus: list[_GpuSpec]
     unsupported: tuple[str, ...] = ()  # pynvml function names raising NotSupported on every device
     faults: list[Fault] = field(default_factory=list)
     init_error: str | None = None  # e.g. "LibraryNotFound": nvmlInit always fails
     driver_version: str = "550.54.15"
 
 
-def _h100(n: int, name: str = "NVIDIA H100 80GB HBM3", mem_gib: int = 80) -> list[GpuSpec]:
-    return [GpuSpec(name=name, mem_total_bytes=mem_gib * 1024 * MIB) for _ in range(n)]
+def _h100(n: int, name: str = "NVIDIA H100 80GB HBM3", mem_gib: int = 80) -> list[_GpuSpec]:
+    return [_GpuSpec(name=name, mem_total_bytes=mem_gib * 1024 * MIB) for _ in range(n)]
 
 
 def profile(name: str, n_gpus: int = 8) -> Profile:
@@ -93,10 +93,10 @@ def profile(name: str, n_gpus: int = 8) -> Profile:
     if name == "h200":
         return Profile(_h100(n_gpus, "NVIDIA H200", 141))
     if name == "pre-hopper":  # A100: no GPM, duty cycle only
-        return Profile([GpuSpec(name="NVIDIA A100-SXM4-80GB", gpm=False) for _ in range(n_gpus)])
+        return Profile([_GpuSpec(name="NVIDIA A100-SXM4-80GB", gpm=False) for _ in range(n_gpus)])
     if name == "not-supported":  # consumer / virtualized boards: many fields missing
         return Profile(
-            [GpuSpec(name="NVIDIA L4", gpm=False, mem_total_bytes=24 * 1024 * MIB) for _ in range(n_gpus)],
+            [_GpuSpec(name="NVIDIA L4", gpm=False, mem_total_bytes=24 * 1024 * MIB) for _ in range(n_gpus)],
             unsupported=("nvmlDeviceGetSamples", "nvmlDeviceGetTotalEnergyConsumption",
                          "nvmlDeviceGetTemperature", "nvmlDeviceGetProcessUtilization",
                          "nvmlDeviceGetMemoryInfo_v2"),
@@ -104,8 +104,8 @@ def profile(name: str, n_gpus: int = 8) -> Profile:
     if name == "gpu-lost":  # GPU 1 falls off the bus after 3 s
         return Profile(_h100(n_gpus), faults=[Fault("GpuIsLost", gpu=1, start_s=3.0)])
     if name == "mig":  # GPU 0 split 3g + 2g + 1g + 1g, the rest whole
-        mig = [MigSpec(1, "3g.40gb", 3), MigSpec(5, "2g.20gb", 2), MigSpec(13, "1g.10gb", 1),
-               MigSpec(14, "1g.10gb", 1)]
+        mig = [_MigSpec(1, "3g.40gb", 3), _MigSpec(5, "2g.20gb", 2), _MigSpec(13, "1g.10gb", 1),
+               _MigSpec(14, "1g.10gb", 1)]
         gpus = _h100(max(n_gpus, 1))
         gpus[0].mig = mig
         return Profile(gpus)
@@ -234,7 +234,7 @@ class FakeNvml:
         self._advance()
         return self.units[handle.unit]
 
-    def _spec(self, handle: _Handle) -> GpuSpec:
+    def _spec(self, handle: _Handle) -> _GpuSpec:
         return self.profile.gpus[handle.index]
 
     # --- life cycle -----------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ T4 = GpuModel("Tesla T4", 15360 * MIB, "t4", tdp_w=70.0, idle_power_w=10.0, held
 
 
 @dataclass(frozen=True)
-class GroundTruth:
+class _GroundTruth:
     """What a scenario is built to show; `simulate` records the values actually generated next to it."""
 
     runtime_util: float  # R/W: share of GPU-hours a job held the GPU ("runtime hours")
@@ -74,7 +74,7 @@ class GroundTruth:
 
 
 @dataclass(frozen=True)
-class BatchProfile:
+class _BatchProfile:
     """Slurm-style batch and interactive jobs on lanes of GPUs."""
 
     lane_widths: tuple[tuple[int, float], ...]  # (GPUs per job, probability); widths divide 8
@@ -98,7 +98,7 @@ class BatchProfile:
 
 
 @dataclass(frozen=True)
-class ServingProfile:
+class _ServingProfile:
     """Inference replicas scaled by demand: GPU i is held while demand exceeds its rank."""
 
     base_gpus: tuple[float, float]  # demand in GPUs' worth (night, day)
@@ -123,10 +123,10 @@ class WorkloadScenario:
 
     name: str
     title: str
-    truth: GroundTruth
+    truth: _GroundTruth
     default_gpus: int
-    batch: BatchProfile | None = None
-    serving: ServingProfile | None = None
+    batch: _BatchProfile | None = None
+    serving: _ServingProfile | None = None
     parts: tuple[tuple[str, float], ...] = ()  # mixed: (scenario, share of hosts)
     tolerance: float = 0.04  # how far a small fleet's measured R/W and S/W may stray from the truth
     gpu: GpuModel = _H100_SXM  # a mixed fleet's hosts carry their part's
@@ -151,7 +151,7 @@ INTERACTIVE_CMDS = (
 _PHANTOM = WorkloadScenario(
     name="phantom",
     title="Runtime hours ~60 %, real SM activity ~23 %",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.60,
         real_util=0.23,
         branch="cloud",
@@ -159,7 +159,7 @@ _PHANTOM = WorkloadScenario(
         "launched, then debugged for hours while GPUs sat half-loaded; real utilization was 23 %.",
     ),
     default_gpus=64,
-    batch=BatchProfile(
+    batch=_BatchProfile(
         lane_widths=((1, 0.4), (2, 0.3), (4, 0.2), (8, 0.1)),
         starts_per_day=20.0,
         night_factor=0.1,
@@ -184,7 +184,7 @@ _PHANTOM = WorkloadScenario(
 _IDLE_CLUSTER = WorkloadScenario(
     name="idle-cluster",
     title="16 nodes × 8 GPUs bought for a pipeline that uses ~12 %",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.19,
         real_util=0.12,
         branch="cloud",
@@ -192,7 +192,7 @@ _IDLE_CLUSTER = WorkloadScenario(
         "wide and used 12 % of capacity; spot instances would have cost 70 % less.",
     ),
     default_gpus=128,
-    batch=BatchProfile(
+    batch=_BatchProfile(
         lane_widths=((8, 1.0),),
         starts_per_day=2.2,
         night_factor=0.5,
@@ -220,7 +220,7 @@ _IDLE_CLUSTER = WorkloadScenario(
 _STEADY_TRAINING = WorkloadScenario(
     name="steady-training",
     title="The same model family trained 24/7: ~95 % real utilization",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.99,
         real_util=0.95,
         branch="on-prem",
@@ -228,7 +228,7 @@ _STEADY_TRAINING = WorkloadScenario(
         "utilization and built a private cluster (payback in 11 months).",
     ),
     default_gpus=64,
-    batch=BatchProfile(
+    batch=_BatchProfile(
         lane_widths=((8, 1.0),),
         starts_per_day=400.0,  # requeued within minutes of the previous run ending
         night_factor=1.0,
@@ -253,7 +253,7 @@ _STEADY_TRAINING = WorkloadScenario(
 _BURSTY_AGENTS = WorkloadScenario(
     name="bursty-agents",
     title="Coding-agent inference that jumps between ~20 and ~200 GPUs within minutes",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.28,
         real_util=0.17,
         branch="cloud",
@@ -261,7 +261,7 @@ _BURSTY_AGENTS = WorkloadScenario(
         "to 200 GPUs in 90 seconds; on-prem needed 4x peak capacity, autoscaled cloud cost 60 % less.",
     ),
     default_gpus=256,
-    serving=ServingProfile(
+    serving=_ServingProfile(
         base_gpus=(12.0, 24.0),
         peak_gpus=(150.0, 210.0),
         bursts_per_day=24.0,
@@ -280,7 +280,7 @@ _BURSTY_AGENTS = WorkloadScenario(
 _MIXED = WorkloadScenario(
     name="mixed",
     title="A shared fleet: steady training, research jobs, bursty inference and idle nodes",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.62,
         real_util=0.39,
         branch="hybrid",
@@ -297,14 +297,14 @@ _MIXED = WorkloadScenario(
 _H100_TRAINING = WorkloadScenario(
     name="h100-training",
     title="8 H100 SXM training around the clock at ~70 % SM activity",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=1.0,
         real_util=0.70,
         branch="hybrid",
         situation="A team's eight H100s, requeued within minutes of each run ending, their SMs about 70 % busy.",
     ),
     default_gpus=8,
-    batch=BatchProfile(
+    batch=_BatchProfile(
         lane_widths=((8, 1.0),),
         starts_per_day=400.0,
         night_factor=1.0,
@@ -329,14 +329,14 @@ _H100_TRAINING = WorkloadScenario(
 _T4_INFERENCE = WorkloadScenario(
     name="t4-inference",
     title="32 T4 serving batch inference ~15 % of the hours at ~30 % SM activity",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.15,
         real_util=0.045,
         branch="cloud",
         situation="Inference boxes of T4s that a nightly and an ad-hoc batch job each hold for an hour or two.",
     ),
     default_gpus=32,
-    batch=BatchProfile(
+    batch=_BatchProfile(
         lane_widths=((1, 1.0),),
         starts_per_day=2.0,  # per free GPU: held 2 h x 2 / (1 + 2 h x 2 / day) of the time, ~15 %
         night_factor=1.0,
@@ -362,7 +362,7 @@ _T4_INFERENCE = WorkloadScenario(
 _MIXED_MODELS = WorkloadScenario(
     name="mixed-models",
     title="Two GPU models: 8 H100 training around the clock beside 32 T4 mostly idle",
-    truth=GroundTruth(
+    truth=_GroundTruth(
         runtime_util=0.32,  # (8 x 1.0 + 32 x 0.15) / 40
         real_util=0.176,  # (8 x 0.70 + 32 x 0.045) / 40
         branch="cloud",

@@ -42,7 +42,7 @@ ZSTD_LEVEL = 3  # measured on simulated samples: level 9 saves only 0.4 % and wr
 # Columns with more distinct values than this per row group skip dictionary encoding: `ts` then gets
 # DELTA_BINARY_PACKED (a regular 10 s grid costs ~nothing) instead of a dictionary of every timestamp.
 # Measured on 1.1 M simulated rows: 6.42 -> 4.89 bytes per gpu_samples row, same write time.
-DICTIONARY_SIZE_LIMIT = 8192
+_DICTIONARY_SIZE_LIMIT = 8192
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 # Fraction columns must hold 0-1: catches a producer that wrote percent.
 _FRACTION_COLS = schema.FRACTIONS
@@ -126,7 +126,7 @@ def copy_to(con: duckdb.DuckDBPyConnection, select_sql: str, dest: Path, params:
     meta = f"{{{sql_str(schema.SCHEMA_VERSION_KEY)}: {sql_str(str(schema.SCHEMA_VERSION))}}}"
     con.execute(
         f"COPY ({select_sql}) TO {sql_str(str(dest))} (FORMAT parquet, COMPRESSION zstd, "
-        f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2, DICTIONARY_SIZE_LIMIT {DICTIONARY_SIZE_LIMIT}, "
+        f"COMPRESSION_LEVEL {ZSTD_LEVEL}, PARQUET_VERSION v2, DICTIONARY_SIZE_LIMIT {_DICTIONARY_SIZE_LIMIT}, "
         f"KV_METADATA {meta})",
         params or [],
     )

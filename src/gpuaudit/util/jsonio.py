@@ -95,7 +95,7 @@ def json_text(obj: Any, **kwargs: Any) -> str:
     return json_escaped(dumps(obj, ensure_ascii=False, **kwargs))
 
 
-class MalformedJSON(ValueError):
+class _MalformedJSON(ValueError):
     """Not a JSON document gpuaudit can read: bad syntax, bad encoding, or nested too deeply."""
 
 
@@ -104,9 +104,9 @@ def loads(text: str | bytes | bytearray) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise MalformedJSON("nested too deeply") from None
+        raise _MalformedJSON("nested too deeply") from None
     except (ValueError, TypeError) as e:  # JSONDecodeError, UnicodeDecodeError (bytes), a non-text argument
-        raise MalformedJSON(str(e)) from None
+        raise _MalformedJSON(str(e)) from None
 
 
 def read_json_file(path: Path | str) -> Any:
@@ -116,5 +116,5 @@ def read_json_file(path: Path | str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise MalformedJSON(f"not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})") from None
+        raise _MalformedJSON(f"not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})") from None
     return loads(text)

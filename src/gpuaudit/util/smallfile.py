@@ -18,7 +18,7 @@ QUERY_MAX_BYTES = 1 << 20  # a query file is a few KB
 TOKEN_MAX_BYTES = 64 << 10  # a bearer token (a JWT with many claims is a few KB)
 
 
-def read_small_file(path: Path | str, option: str, max_bytes: int) -> bytes:
+def _read_small_file(path: Path | str, option: str, max_bytes: int) -> bytes:
     """The bytes of the regular file `path`, or a one-line GpuauditError naming `option`: not a regular file
     (a device, FIFO, socket or directory), larger than `max_bytes`, or unreadable."""
     try:
@@ -49,7 +49,7 @@ def read_small_file(path: Path | str, option: str, max_bytes: int) -> bytes:
 
 def read_small_text(path: Path | str, option: str, max_bytes: int) -> str:
     """read_small_file decoded as UTF-8, with the offset of the first bad byte in the error."""
-    data = read_small_file(path, option, max_bytes)
+    data = _read_small_file(path, option, max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -231,7 +231,7 @@ def note(message: str) -> None:
 
 
 @dataclasses.dataclass
-class Lookup:
+class _Lookup:
     """One run's use of the cache: where, the code's identity, the key the listing before the run gave."""
 
     directory: Path
@@ -240,11 +240,11 @@ class Lookup:
     hit: Rollups | None = None
 
 
-def lookup(root: Path | str) -> Lookup:
+def lookup(root: Path | str) -> _Lookup:
     code = _code_digest()
     key = key_of(identities(root, _listed_files(root)), code)
     directory = cache_dir(root)
-    return Lookup(directory, code, key, load(directory, key))
+    return _Lookup(directory, code, key, load(directory, key))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -133,7 +133,7 @@ def _group_ddl(table: str, types: conformance.Types | None) -> str | None:
     return ", ".join([*cols, "`host` STRING", "`date` DATE"])
 
 
-class Views:
+class _Views:
     """Views `samples` and `processes` on a SparkSession that show exactly what DuckDB's show
     (store.Dataset.view_select): the same files (damaged ones and files outside the contract left out, each
     with a warning), read with partition discovery (host= and date= from the paths under the table's basePath),
@@ -183,7 +183,7 @@ class Views:
         return int(self.spark.sql(sql).collect()[0][0])
 
 
-class SparkEngine:
+class _SparkEngine:
     """The stage-1 Engine (analysis.rollup.Engine) on a SparkSession whose views `samples` and `processes` are
     registered. A DuckDB connection over empty views of the same contract runs each statement too, for the
     column names and types the result must have: the frames come back exactly as DuckDB's would."""
@@ -244,8 +244,8 @@ def load_rollups(root: Path | str) -> Rollups:
     # meanwhile keeps them (store/readers.py).
     hold = readers.hold(Path(root))
     try:
-        views = Views(spark, root)
-        engine = SparkEngine(spark)
+        views = _Views(spark, root)
+        engine = _SparkEngine(spark)
         try:
             roll = rollups_from(engine)
             rejected = engine._run(views.rejected_rows)

@@ -36,7 +36,7 @@ class MetricSpec:
 
 
 @dataclass(frozen=True)
-class InfoSeries:
+class _InfoSeries:
     """A constant-1 series whose labels describe a GPU (or MIG instance): joined on `key` labels (the
     dataset fields they give: gpu_uuid, mig_instance) to fill `fields` (dataset field -> label)."""
 
@@ -54,7 +54,7 @@ class Preset:
     # one naming style, tried in order on each series (identity.py).
     labels: dict[str, tuple[str, ...]]
     exporter_pod: str = ""  # default regex of pod names that are the exporter itself
-    info: tuple[InfoSeries, ...] = ()
+    info: tuple[_InfoSeries, ...] = ()
     # Time-slicing (dcgm-exporter 4.5+, KUBERNETES_VIRTUAL_GPUS): beside the device-level series, these fields
     # get one series per pod holding that pod's own share; such series carry one of `share_markers`.
     share_fields: tuple[str, ...] = ()
@@ -184,8 +184,8 @@ _NVIDIA_SMI = Preset(
         "job_id": (),
         "user": (),
     },
-    info=(InfoSeries("nvidia_smi_gpu_info", {"gpu_uuid": "uuid"}, {"gpu_name": "name", "gpu_index": "index"}),
-          InfoSeries("nvidia_smi_mig_info", {"gpu_uuid": "uuid", "mig_instance": "gpu_instance_id"},
+    info=(_InfoSeries("nvidia_smi_gpu_info", {"gpu_uuid": "uuid"}, {"gpu_name": "name", "gpu_index": "index"}),
+          _InfoSeries("nvidia_smi_mig_info", {"gpu_uuid": "uuid", "mig_instance": "gpu_instance_id"},
                      {"mig_profile": "profile"})),
 )
 
@@ -222,7 +222,7 @@ DEFAULT_PRESET = DCGM.name
 
 
 @dataclass
-class Detection:
+class _Detection:
     """Metric names the server holds in the window, per preset: (utilization names, all names)."""
 
     present: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
@@ -243,8 +243,8 @@ def all_metric_names() -> list[str]:
     return sorted({n for p in PRESETS.values() for spec in p.metrics.values() for n in spec.names})
 
 
-def detect(names: set[str]) -> Detection:
-    d = Detection()
+def detect(names: set[str]) -> _Detection:
+    d = _Detection()
     for p in PRESETS.values():
         util = {n for f in _UTIL_FIELDS if f in p.metrics for n in p.metrics[f].names}
         mine = {n for spec in p.metrics.values() for n in spec.names}

@@ -34,7 +34,7 @@ from gpuaudit.importer.prometheus.mapping import Mapping, gpu_fraction
 from gpuaudit.importer.prometheus.presets import COUNTER, LAST
 
 KEY = ["host", "gpu_uuid", "mig_instance"]
-HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
+_HELD_MEM_BYTES = 256 * schema.MIB  # framebuffer use that counts as a process holding the GPU
 FRACTIONS = ("sm_active", "gr_engine_active", "duty_cycle", "sm_occupancy", "tensor_active", "dram_active",
              "mem_util")
 UTIL = ("sm_active", "gr_engine_active", "duty_cycle")
@@ -42,7 +42,7 @@ _GAUGES = (*FRACTIONS, "fb_used", "fb_free", "mem_total", "temp_c")
 MIB = schema.MIB
 COUNT = "count"  # the part of an AVG metric that says how many samples each step's average holds
 
-SERIES_SCHEMA = {
+_SERIES_SCHEMA = {
     "sid": pl.Int64, "field": pl.Utf8, "prio": pl.Int32, "part": pl.Utf8, "skey": pl.Int64,
     "host": pl.Utf8, "host_rank": pl.Int32, "gpu_uuid": pl.Utf8, "gpu_index": pl.Int32, "gpu_name": pl.Utf8,
     "mig_instance": pl.Int32, "mig_profile": pl.Utf8, "mig_device": pl.Boolean, "parent_ref": pl.Utf8,
@@ -88,7 +88,7 @@ def _gpu_memory_gb(name: str | None) -> float | None:
     return next((gb for model, gb in _KNOWN_MEMORY_GB.items() if model in name), None)
 
 
-def profile_from_memory(mem_bytes: float | None, gpu_name: str | None) -> tuple[float | None, str]:
+def _profile_from_memory(mem_bytes: float | None, gpu_name: str | None) -> tuple[float | None, str]:
     """(fraction, how) for a MIG instance known only by its memory size; fraction None: refused (why)."""
     gb = _gpu_memory_gb(gpu_name)
     if not mem_bytes or gb is None:
@@ -130,7 +130,7 @@ def _long_points(series_rows: list[tuple[Any, ...]], points: pl.DataFrame, step_
                  ) -> pl.DataFrame:
     """One row per finite point with its series' labels (each GPU under one host) and its average's weight `n`;
     records in `state.seen` which fields each GPU/slice has series for."""
-    series = pl.DataFrame(series_rows, schema=SERIES_SCHEMA, orient="row")
+    series = pl.DataFrame(series_rows, schema=_SERIES_SCHEMA, orient="row")
     series = _mig_parents(series, state)
     points = points.filter(pl.col("value").is_finite()).with_columns(pl.col("ts").round(0).cast(pl.Int64))
     # Which of several series was the last one in a step: the one with a value in the next step too, else the
@@ -224,7 +224,7 @@ def _with_process_counts(wide: pl.DataFrame, procs: pl.DataFrame, state: ImportS
     """Add `n_processes` (null where no pod or job was seen) and count the steps a GPU was held."""
     counts = procs.group_by([*KEY, "ts"]).agg(pl.len().alias("n_processes"))
     wide = wide.join(counts, on=[*KEY, "ts"], how="left")
-    held = (pl.col("n_processes").is_not_null()) | (pl.col("_used_b") >= HELD_MEM_BYTES)
+    held = (pl.col("n_processes").is_not_null()) | (pl.col("_used_b") >= _HELD_MEM_BYTES)
     state.held_steps += wide.filter(held).height
     state.held_attributed += wide.filter(pl.col("n_processes").is_not_null()).height
     return wide
@@ -254,7 +254,7 @@ def _sample_rows(wide: pl.DataFrame, mapping: Mapping, step_s: int, factor: Call
         # Pods/jobs on the GPU; without any, framebuffer memory in use shows an unattributed process holding
         # it (a CUDA context alone takes a few hundred MiB).
         pl.when(pl.col("n_processes").is_not_null()).then(pl.col("n_processes"))
-        .when(pl.col("_used_b") >= HELD_MEM_BYTES).then(1).otherwise(0).cast(pl.Int16).alias("n_processes"),
+        .when(pl.col("_used_b") >= _HELD_MEM_BYTES).then(1).otherwise(0).cast(pl.Int16).alias("n_processes"),
         measured.replace_strict(sources, return_dtype=pl.Utf8).alias("source"),
     )
 
@@ -320,7 +320,7 @@ def _attributes(long: pl.DataFrame, wide: pl.DataFrame, state: ImportState, info
                 state.profiles[(uuid, mig)] = profile
                 fraction = gpu_fraction(profile, name)
             else:
-                derived, how = profile_from_memory(mem_b, name)
+                derived, how = _profile_from_memory(mem_b, name)
                 if derived is None:
                     state.refused[(host, uuid, mig)] = how
                     refused.append((host, uuid, mig))
