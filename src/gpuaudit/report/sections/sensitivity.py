@@ -19,57 +19,10 @@ from gpuaudit.util import fmt
 def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     s = r.sensitivity
     t, tc = s.tornado, TornadoColumns
-    charts_: list[Chart] = []
-    # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
-    # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
-    name, low, high, base = tc.PARAMETER, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD
-    t.require(name, low, high, base, tc.PLAN, tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD)
-    if t.rows:
-        plan = scenario(r, str(t.rows[0].get(tc.PLAN, "")))
-        plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
-        sides = (
-            f"with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the "
-            "configured inputs"
-        )
-        margins = [x.get(k) for x in t.rows for k in (low, high, base)]
-        if all(v is None for v in margins):  # no allowed plan differs from it anywhere: its own cost moves
-            low, high, base = tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD
-            axis = f"{plan_name}: cost over the horizon, USD"
-            caption = (
-                f"What {plan_name} (the recommended plan) costs over the horizon, {sides}. No other allowed "
-                "plan differs from it, so there is no runner-up to compare with."
-            )
-        else:
-            axis = f"{plan_name}: margin over the next cheapest plan, USD"
-            caption = (
-                f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest different "
-                f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest"
-                + (" (where no other plan differs from it, $0)" if None in margins else "")
-                + "."
-            )
-            if r.decision.tie:  # kept on a tie: a plan cheaper by up to the tolerance does not replace it
-                caption += (
-                    f" It is kept on a tie: another plan cheaper by up to {fmt.money(r.decision.tie_usd)} "
-                    "(the cost model's uncertainty) does not replace it, so the solid line may sit below $0."
-                )
-        charts_.append(
-            Chart(
-                "sensitivity",
-                "Sensitivity",
-                ChartSpec(
-                    "tornado",
-                    f"What moves the answer: each input ±{s.fraction:.0%}",
-                    labels=tuple(str(x[name]) for x in t.rows),
-                    unit=axis,
-                    series=(
-                        Series("low", tuple(float(x.get(low) or 0) for x in t.rows), f"input −{s.fraction:.0%}"),
-                        Series("high", tuple(float(x.get(high) or 0) for x in t.rows), f"input +{s.fraction:.0%}"),
-                    ),
-                    thresholds=(Threshold("base", float(t.rows[0].get(base) or 0)),),
-                ),
-                caption=caption,
-            )
-        )
+    name = tc.PARAMETER
+    t.require(name, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD, tc.PLAN, tc.LOW_PLAN_USD,
+              tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD)
+    charts_ = [_tornado_chart(r)] if t.rows else []
     lead = (
         f"Each input moved by ±{s.fraction:.0%} on its own, and demand growth per year: does the "
         f"recommendation survive?"
@@ -99,6 +52,59 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         columns=(g.GROWTH_PER_YEAR, *(g.scenario_usd(sid) for sid in _GROWTH_SCENARIOS), g.CHEAPEST, g.HYBRID_GPUS),
     )
     return Section("sensitivity", "Sensitivity", lead, (), tuple(charts_), (tornado_table, growth_table))
+
+
+def _tornado_chart(r: AnalysisResult) -> Chart:
+    """The tornado of the recommended plan: its margin over the runner-up (or, with no runner-up, its own
+    cost) with each input moved on its own."""
+    s = r.sensitivity
+    t, tc = s.tornado, TornadoColumns
+    # The recommended plan's margin over the runner-up moves the right way with every input (all-cloud − the
+    # cheapest owning plan did not: a dearer spot price looked better for renting when that plan rented most).
+    name, low, high, base = tc.PARAMETER, tc.LOW_MARGIN_USD, tc.HIGH_MARGIN_USD, tc.BASE_MARGIN_USD
+    plan = scenario(r, str(t.rows[0].get(tc.PLAN, "")))
+    plan_name = (plan.label if plan else str(t.rows[0].get(tc.PLAN, ""))).lower()
+    sides = (
+        f"with one input at −{s.fraction:.0%} (green) or +{s.fraction:.0%} (purple); the solid line is the "
+        "configured inputs"
+    )
+    margins = [x.get(k) for x in t.rows for k in (low, high, base)]
+    if all(v is None for v in margins):  # no allowed plan differs from it anywhere: its own cost moves
+        low, high, base = tc.LOW_PLAN_USD, tc.HIGH_PLAN_USD, tc.BASE_PLAN_USD
+        axis = f"{plan_name}: cost over the horizon, USD"
+        caption = (
+            f"What {plan_name} (the recommended plan) costs over the horizon, {sides}. No other allowed "
+            "plan differs from it, so there is no runner-up to compare with."
+        )
+    else:
+        axis = f"{plan_name}: margin over the next cheapest plan, USD"
+        caption = (
+            f"How much cheaper {plan_name} (the recommended plan) is than the next cheapest different "
+            f"plan over the horizon, {sides}. Below $0 another plan becomes the cheapest"
+            + (" (where no other plan differs from it, $0)" if None in margins else "")
+            + "."
+        )
+        if r.decision.tie:  # kept on a tie: a plan cheaper by up to the tolerance does not replace it
+            caption += (
+                f" It is kept on a tie: another plan cheaper by up to {fmt.money(r.decision.tie_usd)} "
+                "(the cost model's uncertainty) does not replace it, so the solid line may sit below $0."
+            )
+    return Chart(
+        "sensitivity",
+        "Sensitivity",
+        ChartSpec(
+            "tornado",
+            f"What moves the answer: each input ±{s.fraction:.0%}",
+            labels=tuple(str(x[name]) for x in t.rows),
+            unit=axis,
+            series=(
+                Series("low", tuple(float(x.get(low) or 0) for x in t.rows), f"input −{s.fraction:.0%}"),
+                Series("high", tuple(float(x.get(high) or 0) for x in t.rows), f"input +{s.fraction:.0%}"),
+            ),
+            thresholds=(Threshold("base", float(t.rows[0].get(base) or 0)),),
+        ),
+        caption=caption,
+    )
 
 
 def _with_limits(t: Table, table: ReportTable) -> ReportTable:
