@@ -21,7 +21,7 @@ from gpuaudit.util import fmt
 
 
 def build(r: AnalysisResult, _step: Callable[[str], None]) -> Section:
-    q, t, c = r.data_quality, r.trial, r.confidence
+    q = r.data_quality
     figs = [
         figure_tile("Coverage", q.coverage),
         figure_tile("Gap hours", q.gap_hours),
@@ -44,7 +44,33 @@ def build(r: AnalysisResult, _step: Callable[[str], None]) -> Section:
         numeric=(False, False, False, False),
         caption="Definitions",
     )
-    coverage = ReportTable(
+    coverage = _coverage_table(r)
+    models = _models_table(r)
+    notes = tuple(q.warnings) + tuple(w for w in r.warnings if w not in q.warnings)
+    lead = (
+        "How every figure above was computed, from which rows, with which prices. Utilization is measured "
+        "from SM activity (NVML GPM or DCGM), never inferred from runtime hours."
+    )
+    gc = GpuCoverageColumns
+    gpu_table = (
+        breakdown_table(
+            q.gpus,
+            sort_by=gc.GAP_HOURS,
+            limit=TOP_N,
+            caption="Per-GPU coverage, largest gaps first",
+            columns=(gc.HOST, gc.GPU, gc.COVERAGE, gc.GAP_HOURS, gc.LAST_SAMPLE, gc.STOPPED_REPORTING),
+        )
+        if q.gpus.rows
+        else None
+    )
+    tables = (assumptions, definitions, coverage, models) + ((gpu_table,) if gpu_table else ())
+    return Section("method", "Method and assumptions", lead, tuple(figs), (), tables, notes)
+
+
+def _coverage_table(r: AnalysisResult) -> ReportTable:
+    """What the trial covers: its window, days, GPUs, samples, sources, versions."""
+    q, t, c = r.data_quality, r.trial, r.confidence
+    return ReportTable(
         columns=("item", "value"),
         rows=(
             ("trial window (UTC)", f"{date_text(t.start)} → {date_text(t.end)}"),
@@ -60,7 +86,11 @@ def build(r: AnalysisResult, _step: Callable[[str], None]) -> Section:
         numeric=(False, False),
         caption="Data coverage",
     )
-    models = ReportTable(
+
+
+def _models_table(r: AnalysisResult) -> ReportTable:
+    """The GPU models found, as reported and as keyed, with where each price came from."""
+    return ReportTable(
         columns=(
             "model",
             "GPUs",
@@ -85,25 +115,6 @@ def build(r: AnalysisResult, _step: Callable[[str], None]) -> Section:
         numeric=(False, True, False, True, False, True, False),
         caption="GPU models found (prices from the catalogue, your config, or the fleet defaults, assumed)",
     )
-    notes = tuple(q.warnings) + tuple(w for w in r.warnings if w not in q.warnings)
-    lead = (
-        "How every figure above was computed, from which rows, with which prices. Utilization is measured "
-        "from SM activity (NVML GPM or DCGM), never inferred from runtime hours."
-    )
-    gc = GpuCoverageColumns
-    gpu_table = (
-        breakdown_table(
-            q.gpus,
-            sort_by=gc.GAP_HOURS,
-            limit=TOP_N,
-            caption="Per-GPU coverage, largest gaps first",
-            columns=(gc.HOST, gc.GPU, gc.COVERAGE, gc.GAP_HOURS, gc.LAST_SAMPLE, gc.STOPPED_REPORTING),
-        )
-        if q.gpus.rows
-        else None
-    )
-    tables = (assumptions, definitions, coverage, models) + ((gpu_table,) if gpu_table else ())
-    return Section("method", "Method and assumptions", lead, tuple(figs), (), tables, notes)
 
 
 def _assumption_value(v: Any) -> str:
