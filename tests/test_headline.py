@@ -14,6 +14,7 @@ from tests.report_helpers import simulate_small, write_fixed_dataset
 from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.pipeline import analyze
 from gpuaudit.analysis.text import summary
+from gpuaudit.util import fmt
 
 _VALUE = re.compile(r"^[\s:|*]*((?:[≤≥] )?(?:−?[\d,.]+ (?:%|pp|GPU-h)(?: – [\d,.]+ %)?|never))")
 
@@ -111,3 +112,38 @@ def test_analyze_counts_the_hurdle_in_gpus_held_around_the_clock(tmp_path: Path)
     text = summary(analyze(tmp_path))
     assert "busy GPUs" not in text
     assert "GPUs held around the clock" in text or "never at these prices" in text
+
+
+def test_utilization_chart_names_the_headline_phantom_gap(tmp_path: Path) -> None:
+    """With scheduler allocations charts/utilization.svg said "Phantom gap: 39.5 percentage points of the fleet's
+    hours" (held − real) beside the tile "Phantom gap: believed − real 43.9 pp": the chart shows the headline's
+    phantom gap, its name and its value, and shades believed − real."""
+    import xml.etree.ElementTree as ET
+
+    from gpuaudit.report import charts
+    from gpuaudit.report.sections import build_report
+
+    simulate_small(tmp_path, "phantom", gpus=8, days=3)
+    r = analyze(tmp_path)
+    assert hl.scheduled(r)
+    gap = hl.by_key(r)[hl.PHANTOM_GAP]
+    held_gap = (r.utilization.runtime_utilization.value or 0) - (r.utilization.real_utilization.value or 0)
+    assert fmt.pp(held_gap) != gap.text  # the two quantities differ on this dataset
+    report = build_report(r, version="t")
+    chart = next(c for s in report.sections for c in s.charts if c.name == "utilization")
+    for narrow in (False, True):
+        svg = charts.draw(chart.spec, narrow=narrow)
+        texts = " ".join("".join(t.itertext()) for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text"))
+        flat = re.sub(r"\s+", " ", texts)
+        assert f"{hl.short_name(hl.PHANTOM_GAP)} = {gap.text}" in flat, flat
+        assert fmt.pp(held_gap) not in flat and "percentage points of" not in flat
+
+
+def test_break_even_curve_is_described_by_its_axis_billed_hour_utilization(tmp_path: Path) -> None:
+    """report.json's break_even.curve said "by held-hour utilization" and its column "share of the fleet's hours
+    held by jobs" where the axis is billed-hour utilization (held or, where larger, allocated)."""
+    simulate_small(tmp_path, "phantom", gpus=8, days=3)
+    curve = analyze(tmp_path).to_dict()["break_even"]["curve"]
+    text = json.dumps(curve)
+    assert "held-hour" not in text and "held by jobs" not in text
+    assert "billed-hour utilization" in curve["description"]

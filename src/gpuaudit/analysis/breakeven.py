@@ -63,12 +63,12 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     return BreakEvenCalc(max(k, 0.0) * measured, measured, ref, own_ref, all_cloud_usd, verdict, fixed, variable)
 
 
-_BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # held-hour utilizations the curve is drawn at
+_BREAK_EVEN_GRID = tuple(i / 100 for i in range(0, 101, 2))  # billed-hour utilizations the curve is drawn at
 
 
 def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> Table:
-    """Renting and owning per fleet GPU-year (present value) against held-hour utilization: renting k × today's
-    held demand costs fixed + k × compute, owning the fleet costs the same at any utilization, and the two meet
+    """Renting and owning per fleet GPU-year (present value) against billed-hour utilization: renting k × today's
+    billed demand costs fixed + k × compute, owning the fleet costs the same at any utilization, and the two meet
     at u*. No rows when there is no finite break-even (nothing measured, or nothing to rent)."""
     c = BreakEvenCurveColumns
     rows: tuple[dict[str, float], ...] = ()
@@ -84,12 +84,13 @@ def break_even_curve(b: BreakEvenCalc, fleet_gpus: int, horizon_months: int) -> 
             for x in _BREAK_EVEN_GRID
         )
     cols = (
-        TableColumn(c.BILLED_UTILIZATION, "fraction", "share of the fleet's hours held by jobs"),
+        TableColumn(c.BILLED_UTILIZATION, "fraction", "billed-hour utilization: the share of the fleet's hours "
+                    "the cloud would bill (held or, where larger, allocated)"),
         TableColumn(c.CLOUD_USD_PER_GPU_YEAR, "USD", "renting: (fixed part + compute bill × this utilization ÷ "
                     "the measured one) ÷ fleet GPUs ÷ years"),
         TableColumn(c.OWNED_USD_PER_GPU_YEAR, "USD", f"owning ({b.own_reference}): its total ÷ fleet GPUs ÷ years"),
     )
-    return Table("break_even_curve", "Renting and owning per fleet GPU-year (present value) by held-hour "
+    return Table("break_even_curve", "Renting and owning per fleet GPU-year (present value) by billed-hour "
                  "utilization.", cols, rows, "cost model × fleet-scaled demand")
 
 

@@ -81,5 +81,10 @@ def headline_figures(r: AnalysisResult) -> tuple[HeadlineFigure, ...]:
     return tuple(out)
 
 
+def short_name(key: str) -> str:
+    """The figure's name without its parenthesis, for a chart title: "Phantom gap: believed − real"."""
+    return NAMES[key].split(" (", 1)[0]
+
+
 def by_key(r: AnalysisResult) -> dict[str, HeadlineFigure]:
     return {h.key: h for h in headline_figures(r)}

@@ -164,8 +164,10 @@ def tornado(cfg: Config, build: Build, fraction: float, base: CostBlock | None =
         TableColumn(T.SWING_USD, "USD", "|high margin − low margin| (without margins: |high cost − low cost|)"),
         TableColumn(T.CHEAPEST_LOW, "", "cheapest allowed scenario, this input low"),
         TableColumn(T.CHEAPEST_HIGH, "", "cheapest allowed scenario, this input high"),
-        TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even held-hour utilization, this input low (empty: never)"),
-        TableColumn(T.BREAK_EVEN_HIGH, "fraction", "break-even held-hour utilization, this input high (empty: never)"),
+        TableColumn(T.BREAK_EVEN_LOW, "fraction", "break-even billed-hour utilization, this input low (empty: never)"),
+        TableColumn(
+            T.BREAK_EVEN_HIGH, "fraction", "break-even billed-hour utilization, this input high (empty: never)"
+        ),
         TableColumn(T.CHANGES_CHEAPEST, "", "the cheapest scenario changes at either end"),
         TableColumn(T.LIMIT, "", f"why a moved value is not the configured value × (1 ± {fraction:g}) (empty: it is)"),
     )

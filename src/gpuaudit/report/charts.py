@@ -233,10 +233,16 @@ def _wrap2(label: str, width: int) -> str:
 
 
 def utilization_bars(
-    runtime_util: float, real_util: float, busy_util: float | None = None, allocated_util: float | None = None
+    runtime_util: float,
+    real_util: float,
+    busy_util: float | None = None,
+    allocated_util: float | None = None,
+    title: str = "",
 ) -> str:
-    """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the gap shaded; with
-    scheduler allocations, the allocated share on top as what is believed and runtime hours as held."""
+    """Believed (runtime-hour) vs real (SM-active) utilization as horizontal bars, the phantom gap (believed −
+    real) shaded; with scheduler allocations, the allocated share on top as what is believed and runtime hours as
+    held. `title` is the headline's phantom gap (analysis.headline), one name and one value in every output;
+    without it the title computes believed − real from the bars."""
     fig, ctx = _figure(2.0 if allocated_util is None else 2.3, "utilization", 2.8 if allocated_util is None else 3.3)
     ax = fig.add_subplot()
     rows = [("Runtime hours (believed)", runtime_util, BELIEVED)]
@@ -250,14 +256,14 @@ def utilization_bars(
         ax.barh(i, value, color=color, height=0.6)
         ax.text(value + 0.01, i, f"{value * 100:.1f} %", va="center", color=_INK, fontweight="bold")
     ax.set_yticks(range(len(rows)), [_short(r[0]) for r in rows])
-    if runtime_util > real_util:  # the band is the gap the title names: held-hour − real
-        ax.axvspan(real_util, runtime_util, color=_WASTE, alpha=0.08, lw=0)
-    gap = runtime_util - real_util  # the phantom gap is R/W - S/W, whatever the scheduler shows
+    believed = runtime_util if allocated_util is None else allocated_util
+    if believed > real_util:  # the band is the gap the title names: believed − real
+        ax.axvspan(real_util, believed, color=_WASTE, alpha=0.08, lw=0)
     ax.set_xlim(0, 1.0)
     _pct_axis(ax.xaxis)
     ax.grid(axis="x", color=_GRID, lw=0.6)
     ax.set_axisbelow(True)
-    _title(ax, f"Phantom gap: {gap * 100:.1f} percentage points of the fleet's hours")
+    _title(ax, title or f"Phantom gap: believed − real = {(believed - real_util) * 100:.1f} pp")
     return _svg(fig, ctx, "Believed vs real utilization")
 
 
@@ -453,7 +459,7 @@ def break_even_curve(
     today_util: float,
     break_even_util: float | None,
     unit: str,
-    x_label: str = "held-hour utilization",
+    x_label: str = "billed-hour utilization",
 ) -> str:
     """Cost of each option against utilization (the basis the cloud bills), the crossing and today's point."""
     fig, ctx = _figure(2.8, "breakeven", 3.2)
@@ -655,6 +661,7 @@ _DRAW: dict[ChartKind, Callable[[ChartSpec], str]] = {
         _need(_one(s, "real"), s, "a real series"),
         _one(s, "busy"),
         _one(s, "allocated"),
+        s.title,
     ),
     "ledger": lambda s: _ledger_weekly(s.labels, {x.key: _series(s, x.key) for x in s.series}),
     "ranked-bars": lambda s: top_bars(s.labels, _series(s, "value"), s.title, s.unit),

@@ -63,6 +63,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         title="Believed vs real utilization",
         spec=ChartSpec(
             "utilization",
+            title=f"{hl.short_name(hl.PHANTOM_GAP)} = {hl.by_key(r)[hl.PHANTOM_GAP].text}",
             series=(
                 Series("runtime", (value_or_zero(u.runtime_utilization),)),
                 Series("real", (value_or_zero(u.real_utilization),)),
