@@ -205,7 +205,7 @@ def test_cli_simulate_phantom_writes_readable_data(tmp_path: Path) -> None:
     assert hosts == 1 and gpus == 8 and src == "nvml-gpm"
     st = run_cli("agent", "status", "--simulate", "phantom", "--data", str(tmp_path), "--host", "sim-node")
     assert st.returncode == 3, st.stderr  # NVML fine, but the agent has stopped
-    assert "8 device(s)" in st.stdout and "last flush:" in st.stdout and "via gpm" in st.stdout
+    assert "8 devices" in st.stdout and "last flush:" in st.stdout and "via gpm" in st.stdout
     assert "agent:           NOT RUNNING (stopped at " in st.stdout
 
 

@@ -88,4 +88,49 @@ def test_the_lever_says_what_it_changes_in_the_recommended_plans_terms() -> None
     assert f"the recommended plan owns {c.owned_gpus:,} GPUs instead of {rec.owned_gpus:,}" in lever.text
     assert "fits on" not in lever.text and f"fits on {c.fits_on_gpus:,} GPUs" in lever.source
     packed = {s.id: s for s in r.costs.scenarios}["all-on-prem-if-packed"]
-    assert "packed peak" not in packed.description and "held demand ×" in packed.description
+    assert "packed peak" not in packed.description and f"the work fits on {c.fits_on_gpus:,}" in packed.description
+
+
+def _bursty() -> tuple[list[dict], list[dict]]:  # type: ignore[type-arg]
+    """16 GPUs held all the time for two days; 8 of them at 90 % SM activity on the first day, idle after."""
+    samples, procs = [], []
+    for g in range(16):
+        rows = gpu_rows(f"n{g // 8}", f"G-{g}", 48 * 12, interval_s=300,
+                        sm=(lambda i: 0.9 if i < 24 * 12 else 0.0) if g < 8 else 0.0, procs=1)
+        samples += rows
+        procs += proc_rows(f"n{g // 8}", f"G-{g}", ends(rows), user="alice" if g < 8 else "bob")
+    return samples, procs
+
+
+def test_the_lever_and_the_what_if_plans_are_one_packed_fleet() -> None:
+    """rv1 (issue 26.4): the lever packed the work bucket by bucket ("fits on 11") while the "if behaviour
+    changes" plans scaled held demand by one factor (S ÷ target ÷ R: "own enough GPUs for the packed peak (6)"),
+    and the consolidated plan and its what-if were sized and priced apart ($489,910 against $489,900). One packed
+    demand: the work fits on what all-on-prem-if-packed owns, and the consolidated plan is the what-if in the
+    recommended plan's shape, to the dollar."""
+    cfg = load_config()
+    samples, procs = _bursty()
+    r = analyze_rollups(rollups(samples, procs), cfg)
+    c = r.consolidation
+    assert c is not None
+    by_id = {s.id: s for s in r.costs.scenarios}
+    # by hand: 8 GPUs × 0.9 on the first day packed to 70 % is 10.3 GPUs at once: 11, never 16 × one factor
+    assert c.peak_in_use_gpus == pytest.approx(7.2, rel=1e-6)
+    assert c.fits_on_gpus == 11 == by_id["all-on-prem-if-packed"].owned_gpus
+    rec = by_id[r.decision.recommended_scenario]
+    shape = ("hybrid-if-packed" if rec.owned_gpus and rec.cloud_gpu_hours else
+             "all-cloud-if-packed" if rec.cloud_gpu_hours else "all-on-prem-if-packed")
+    assert c.owned_gpus == by_id[shape].owned_gpus
+    assert c.plan_usd == by_id[shape].total.value
+    assert c.cloud_gpu_hours == pytest.approx(by_id[shape].cloud_gpu_hours if rec.cloud_gpu_hours else 0.0)
+
+
+def test_the_what_ifs_own_packing_target_is_gone_with_a_clear_message(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """cloud.right_size_target_efficiency packed the what-if plans to a target of their own beside the lever's
+    analysis.consolidation_target: two packed fleets. A config that still sets it is told which key replaced it."""
+    from gpuaudit.errors import GpuauditError
+
+    path = tmp_path / "c.toml"
+    path.write_text("[cloud]\nright_size_target_efficiency = 0.6\n")
+    with pytest.raises(GpuauditError, match=r"right_size_target_efficiency.*removed.*analysis\.consolidation_target"):
+        load_config(path)

@@ -316,7 +316,7 @@ def test_cli_reports_hosts_without_telemetry(tmp_path: Path) -> None:
 
 def test_cli_skips_and_warnings_use_the_one_warning_format_and_plurals(tmp_path: Path) -> None:
     """Issue 26.15: `import slurm` printed "warning: ..." and "skipped 1 jobs" outside the README's
-    `gpuaudit: warning:` format, and "1 jobs" / "1 hosts"."""
+    `gpuaudit: warning:` format, and "1 jobs" / "1 hosts" / "1 allocation rows"."""
     text = ("JobID|State|Start|End|NodeList|AllocTRES\n"
             "5|COMPLETED|2026-01-05T10:00:00|2026-01-05T09:00:00|n1|gres/gpu=1\n"
             "6|COMPLETED|2026-01-05T10:00:00|2026-01-05T11:00:00|n1|gres/gpu=1\n")
@@ -324,7 +324,7 @@ def test_cli_skips_and_warnings_use_the_one_warning_format_and_plurals(tmp_path:
     r = run_cli("import", "slurm", "--sacct-file", "-", "--tz", "UTC", "--now", "2026-01-05T16:00:00Z",
                 "--data", str(tmp_path), input_text=text)
     assert r.returncode == 0, r.stderr
-    assert "(1 job," in r.stdout
+    assert "imported 1 allocation row (1 job," in r.stdout, r.stdout
     lines = r.stderr.splitlines()
     assert "gpuaudit: warning: skipped 1 job: ends before it starts (e.g. 5)" in lines, r.stderr
     assert any(line.startswith("gpuaudit: warning: 1 host has allocations but no telemetry") for line in lines), \

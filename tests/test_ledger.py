@@ -151,8 +151,8 @@ def test_chargeback_rows_sum_to_fleet_totals() -> None:
     acct = {r["account"]: r for r in charge.by_account.rows}
     assert acct["phys"]["allocated_gpu_hours"] == pytest.approx(12.0)
     assert acct["phys"]["held_gpu_hours"] == pytest.approx(6.0)
-    assert acct["phys"]["idle_gpu_hours"] == pytest.approx(11.0)
-    assert acct["phys"]["idle_usd"] == pytest.approx(22.0)
+    assert acct["phys"]["unused_gpu_hours"] == pytest.approx(11.0)
+    assert acct["phys"]["unused_usd"] == pytest.approx(22.0)
     assert acct["(no allocation)"]["held_gpu_hours"] == pytest.approx(1.0)
     assert charge.by_account.rows[0]["account"] == "phys"  # ranked by idle cost
     users = {r["user"]: r for r in charge.by_user.rows}
@@ -377,7 +377,7 @@ def test_chargeback_prices_waste_as_the_report_does(tmp_path: Path) -> None:
     assert r.chargeback is not None and r.chargeback.usd_per_gpu_hour == pytest.approx(flexible)
     assert flexible != pytest.approx(r.costs.cloud_usd_per_gpu_hour.value)  # the two cards differ
     acct = {x["account"]: x for x in r.chargeback.by_account.rows}["phys"]
-    assert acct["idle_usd"] == pytest.approx(acct["idle_gpu_hours"] * flexible)
+    assert acct["unused_usd"] == pytest.approx(acct["unused_gpu_hours"] * flexible)
 
 
 def _billed_vs_allocated(tmp_path: Path, samples: list[dict], procs: list[dict], allocs: list[dict]):  # type: ignore[no-untyped-def]
@@ -518,18 +518,19 @@ def test_held_time_outside_every_allocation_is_warned_with_its_likely_cause(tmp_
     assert any("ran outside any imported allocation" in x for x in analyze(tmp_path / "d").warnings)
 
 
-def test_outside_allocation_warning_reaches_the_report_and_the_terminal(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 27.6: the warning is in report.md and on `report`'s stderr, not only in the JSON."""
-    from gpuaudit.flows import report_dataset
+def test_outside_allocation_warning_reaches_the_report_and_the_terminal(tmp_path: Path) -> None:
+    """Issue 27.6: the warning is in report.md and on `report`'s stderr (in the one `gpuaudit: warning:` format),
+    not only in the JSON."""
+    from tests.helpers import run_cli
 
     samples = [r for k in range(2) for r in gpu_rows("n1", f"g{k}", N, sm=0.3, procs=1)]
     write(tmp_path / "d", samples, [p for k in range(2) for p in
                                      proc_rows("n1", f"g{k}", ends(samples[k * N:(k + 1) * N]), job_id="77")])
     write_allocations(tmp_path / "d", frame([_alloc("77", "n1", 2, 0, 1)]), "slurm")
-    report_dataset(tmp_path / "d", tmp_path / "out", formats="md", quiet=True)
-    err = capsys.readouterr().err
-    assert "warning: 14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside" in err
+    r = run_cli("report", "--data", str(tmp_path / "d"), "--out", str(tmp_path / "out"), "--format", "md", "--quiet")
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    assert "gpuaudit: warning: 14.0 of 16.0 held GPU-hours (88%) on hosts with allocations ran outside" in err
     assert "ran outside any imported allocation" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
 
 

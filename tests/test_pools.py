@@ -274,9 +274,9 @@ def test_chargeback_prices_idle_hours_at_each_models_own_price(tmp_path: Path) -
     assert r.chargeback is not None
     by_user = {row["user"]: row for row in r.chargeback.by_user.rows}
     hours = DAYS * 24
-    assert by_user["tom"]["idle_gpu_hours"] == pytest.approx(hours)
-    assert by_user["tom"]["idle_usd"] == pytest.approx(hours * flexible["t4"])
-    assert by_user["hana"]["idle_usd"] == pytest.approx(hours * flexible["h100-sxm-80gb"])
+    assert by_user["tom"]["unused_gpu_hours"] == pytest.approx(hours)
+    assert by_user["tom"]["unused_usd"] == pytest.approx(hours * flexible["t4"])
+    assert by_user["hana"]["unused_usd"] == pytest.approx(hours * flexible["h100-sxm-80gb"])
     assert flexible["t4"] < flexible["h100-sxm-80gb"] / 10
 
 

@@ -55,9 +55,9 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _totals(path: Path) -> tuple[int, float, float]:
+def _totals(path: Path, word: str) -> tuple[int, float, float]:
     rows = _rows(path)
-    return len(rows), sum(float(r["held_gpu_hours"]) for r in rows), sum(float(r["idle_usd"]) for r in rows)
+    return len(rows), sum(float(r["held_gpu_hours"]) for r in rows), sum(float(r[f"{word}_usd"]) for r in rows)
 
 
 def test_markdown_lists_and_links_every_file_with_its_totals(out: Path) -> None:
@@ -67,14 +67,16 @@ def test_markdown_lists_and_links_every_file_with_its_totals(out: Path) -> None:
     assert sorted(href for _, href in links) == sorted(FILES)
     for _, href in links:
         assert (out / href).is_file(), href
-    for name, what in (("chargeback-user", "user"), ("chargeback-account", "account"), ("idle-jobs", "job")):
-        n, held, idle_usd = _totals(out / f"{name}.csv")
+    for name, what, word in (("chargeback-user", "user", "unused"), ("chargeback-account", "account", "unused"),
+                             ("idle-jobs", "job", "idle")):
+        n, held, usd = _totals(out / f"{name}.csv", word)
         line = next(x for x in section.splitlines() if f"({name}.csv)" in x)
         assert f"{n:,} {what}{'' if n == 1 else 's'}:" in line, line
-        assert f"{held:,.0f} GPU-h held" in line and f"{fmt.money(idle_usd, exact=True)} idle cost" in line, line
+        assert f"{held:,.0f} GPU-h held" in line and f"{fmt.money(usd, exact=True)} {word} cost" in line, line
     # the JSON file carries the same rows
     assert (
-        len(json.loads((out / "chargeback-user.json").read_text())["rows"]) == _totals(out / "chargeback-user.csv")[0]
+        len(json.loads((out / "chargeback-user.json").read_text())["rows"])
+        == _totals(out / "chargeback-user.csv", "unused")[0]
     )
 
 
@@ -86,7 +88,7 @@ def test_html_links_exactly_the_files_written(out: Path) -> None:
     assert sorted(files) == sorted(FILES)
     assert "#files" in parser.hrefs  # the contents list points at the section
     assert all((out / h).is_file() for h in files)
-    n, _, _ = _totals(out / "chargeback-user.csv")
+    n, _, _ = _totals(out / "chargeback-user.csv", "unused")
     assert f"{n:,} users:" in html
 
 

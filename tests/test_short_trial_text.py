@@ -35,3 +35,20 @@ def test_report_header_shows_hours_for_a_sub_day_trial(short_trial: Path, tmp_pa
     md = (tmp_path / "r" / "report.md").read_text()
     assert "0.0 days" not in md and "(1.2 hours)" in md
     assert "too few days (1, need 7)" in md
+
+
+def test_analyze_warns_on_stderr_in_the_one_format_with_units_and_plurals(short_trial: Path) -> None:
+    """rv1 (issue 26.9 / 26.15): `analyze` printed its warnings only as "warning: ..." lines among the figures on
+    stdout, outside the README's `gpuaudit: warning:` format; the provisional-trial warning said "less than 90"
+    with no unit, and the confidence reason "1 day(s)"."""
+    r = run_cli("analyze", "--data", str(short_trial))
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.splitlines()
+    assert any(line.startswith("gpuaudit: warning: the trial covers 1.2 hours, less than 90 days "
+                               "(decision.provisional_below_days)") for line in err), r.stderr
+    assert not any(line.startswith("warning:") for line in r.stdout.splitlines()), r.stdout
+    assert "Warnings:" in r.stdout  # they stay beside the figures too
+    assert "day(s)" not in r.stdout + r.stderr
+    j = run_cli("analyze", "--data", str(short_trial), "--json")
+    assert j.returncode == 0 and j.stdout.lstrip().startswith("{")
+    assert "gpuaudit: warning: the trial covers" in j.stderr

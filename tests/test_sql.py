@@ -111,7 +111,7 @@ def test_compact_command(data: Path) -> None:
     store.write_table(data, schema.SAMPLES, samples_frame(600))
     r = run_cli("compact", "-d", str(data))
     assert r.returncode == 0, r.stderr
-    assert "compacted 4 partition(s): 8 files -> 4" in r.stdout
+    assert "compacted 4 partitions: 8 files -> 4" in r.stdout
     assert store.open_dataset(data).fetchall("SELECT count(*) FROM samples") == [(1200,)]
 
 

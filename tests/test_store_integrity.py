@@ -188,7 +188,7 @@ def test_a_second_compaction_waits_for_the_lock(tmp_path: Path) -> None:
         assert snapshot(root) == before and proc.poll() is None
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "compacted 2 partition(s): 6 files -> 2" in out
+    assert "compacted 2 partitions: 6 files -> 2" in out
     assert count(root) == n
 
 
@@ -333,7 +333,7 @@ def test_out_of_contract_rows_are_excluded_and_counted(tmp_path: Path, caplog) -
         (schema.PROCESSES, "sm_util outside 0-1", 1), (schema.PROCESSES, "mem_used_bytes negative", 1),
         (schema.PROCESSES, "ts before 2000-01-01 or more than 1 day in the future", 1),
     ])
-    assert f"excluded 1 gpu_samples rows: sm_active outside 0-1 (in {path})" in caplog.text
+    assert f"excluded 1 gpu_samples row: sm_active outside 0-1 (in {path})" in caplog.text
     # "now" is injectable: in 2035 the 2035 row is in range.
     with store.open_dataset(root, now=datetime(2035, 1, 1, tzinfo=UTC)) as ds:
         assert ds.fetchall("SELECT count(*) FROM samples") == [(21,)]

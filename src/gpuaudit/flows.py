@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | No
     else:
         sys.stdout.write(summary(result))
         sys.stdout.flush()
+    warn(result.warnings)
 
 
 def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json", config: Path | None = None,
@@ -91,9 +92,17 @@ def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json"
             print(printable(str(path)))
     else:
         print_summary(result, written)
-    for warning in result.warnings:  # on stderr too: a warning must not live only in the files
-        _say(f"warning: {printable(warning)}")
+    warn(result.warnings)  # on stderr too: a warning must not live only in the files
     return written
+
+
+def warn(warnings: Sequence[str]) -> None:
+    """The result's warnings on stderr, one `gpuaudit: warning: ...` line each (the one format, logsetup's)."""
+    import logging
+
+    log = logging.getLogger("gpuaudit")
+    for warning in warnings:
+        log.warning("%s", warning)
 
 
 def run_demo(out: Path, *, scenario: str = "mixed", gpus: int = 64, days: float = 90, interval_s: float = 60,

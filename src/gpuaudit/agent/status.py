@@ -12,6 +12,7 @@ from gpuaudit.agent.instance import liveness
 from gpuaudit.agent.nvml import DriverGone, Nvml, NvmlUnavailable
 from gpuaudit.agent.runner import status_name
 from gpuaudit.agent.sampler import Sampler
+from gpuaudit.util import fmt
 from gpuaudit.util.textsafe import printable
 
 _PROBE_S = 0.5  # one short interval, so the probe can tell which fields this GPU really gives
@@ -80,7 +81,7 @@ def render(st: dict[str, Any]) -> str:
         lines.append(f"NVML:            unavailable: {st['nvml_error']}")
     else:
         lines.append(f"NVML:            ok, driver {st['driver_version'] or 'unknown'}, "
-                     f"{len(st['devices'])} device(s)")
+                     f"{fmt.count(len(st['devices']), 'device')}")
     for d in st["devices"]:
         where = f"GPU {d['index']}" + (f" MIG gi{d['mig_instance']} {d['mig_profile'] or ''}"
                                        if d["mig_instance"] is not None else "")

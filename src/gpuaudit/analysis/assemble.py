@@ -45,7 +45,7 @@ from gpuaudit.analysis.stage1.frames import Rollups
 def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, t: ut.Totals, trial: Trial,
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
-             confidence: Confidence, consolidation: Consolidation, ledger: Ledger,
+             confidence: Confidence, consolidation: Consolidation | None, ledger: Ledger,
              applied: Applied, pools: tuple[Pool, ...] = (), pricing: Pricing | None = None,
              composed: Composed | None = None) -> AnalysisResult:
     """The AnalysisResult of one analysis."""

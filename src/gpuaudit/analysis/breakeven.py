@@ -12,13 +12,13 @@ from gpuaudit.analysis import costs
 from gpuaudit.analysis.columns import BreakEvenCurveColumns
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.figure import Table, TableColumn
-from gpuaudit.analysis.fleet import Fleet, Measured
+from gpuaudit.analysis.fleet import Fleet, Measured, fleet_mean
 
 
 @dataclass(frozen=True)
 class BreakEvenCalc:
     held: float | None  # u*: the billed-hour utilization at which renting costs the same as owning the reference
-    measured_billed: float  # the billed-hour utilization: mean fleet-scaled billed GPUs ÷ fleet GPUs
+    measured_billed: float  # the billed-hour utilization: coverage-weighted billed demand ÷ fleet GPUs
     own_reference: str  # what renting is compared with
     own_usd: float
     cloud_usd: float
@@ -35,8 +35,17 @@ def own_reference(fl: Fleet) -> str:
         return "buy-the-fleet"
     return "keep-the-owned-fleet" if fl.existing >= fl.gpus else "keep-owned-and-buy-the-rest"
 
+def measured_billed(m: Measured, fl: Fleet, held: np.ndarray) -> float:
+    """The billed-hour utilization of `held`, the fleet-scaled billed demand as the plans are priced (× growth):
+    its coverage-weighted mean ÷ fleet GPUs (fleet.fleet_mean). Without elastic GPUs that is billed GPU-hours ÷ W,
+    the basis of believed (A / W) and held-hour (R / W), so never below either (billed is their maximum per
+    GPU-hour). The plain mean of the scaled buckets was not: a trial's partial first and last buckets, scaled up
+    to the fleet, weighed as much as full ones (issue 26.3)."""
+    return fleet_mean(m, fl, held)
+
+
 def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
-                power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
+               power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The billed-hour utilization u* at which renting k × today's billed demand (its bill scaled by k) costs the
     same as owning the whole fleet: keeping the GPUs owned today and buying the rest.
 
@@ -49,8 +58,7 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
-    # the billed-hour utilization (utilization.billed_utilization): fleet-scaled, as the plans are costed
-    measured = float(held.mean()) / fl.capacity if held.size else 0.0
+    measured = measured_billed(m, fl, held)
     all_cloud_usd = _total(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
     verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_share > 0)

@@ -1,5 +1,5 @@
 """Chargeback / showback: allocated, held and real GPU-hours per account, user, partition and namespace, the
-cost of the idle part, and the jobs that wasted GPUs (as Princeton's Job Defense Shield lists them).
+cost of the unused part, and the jobs that wasted GPUs (as Princeton's Job Defense Shield lists them).
 
 Per job: `allocated` from the scheduler's allocations (gpus × overlap with the trial window, exact), `held` and
 `real` from the per-GPU-hour attribution of held time to the processes' (user, job, pod) (utilization.py), the
@@ -11,8 +11,10 @@ processes (user, namespace; account and partition "(no allocation)"). Rows sum t
 to the scheduler's GPU-hours in the window, held to R, real to S (SM activity outside any held time is the row
 "(no process)").
 
-idle GPU-hours = max(allocated, held) − real; idle_usd = idle × the cloud flexible price per GPU-hour (what an
-hour released would save: the one price of waste in dollars, as the report's phantom gap in dollars).
+unused GPU-hours = max(allocated, held) − real; unused_usd = unused × the cloud flexible price per GPU-hour (what
+an hour released would save: the one price of waste in dollars, as the report's phantom gap in dollars). Not
+"idle": the report's idle-held GPU-hours are held with the SMs idle, while a GPU held at 30 % SM activity leaves
+0.7 of each hour unused (two quantities, two names).
 efficiency = real / max(allocated, held).
 """
 
@@ -128,9 +130,9 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
 
 
 def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
-    """Chargeback rows for one key, ranked by the cost of the idle part; rows sum to the fleet totals."""
+    """Chargeback rows for one key, ranked by the cost of the unused part; rows sum to the fleet totals."""
     billed = pl.max_horizontal("allocated_s", "held_s")
-    # a group's idle part at its jobs' own model prices, weighted by what each billed
+    # a group's unused part at its jobs' own model prices, weighted by what each billed
     rows = jobs.group_by(by, maintain_order=True).agg(
         pl.col("allocated_s", "held_s", "real_s").sum(), pl.len().alias("jobs"),
         ((billed * pl.col("usd")).sum() / billed.sum()).fill_nan(None).alias("usd_per_gpu_hour"))
@@ -143,20 +145,20 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
         (pl.col("allocated_s") / H).alias("allocated_gpu_hours"), (pl.col("held_s") / H).alias("held_gpu_hours"),
         (pl.col("real_s") / H).alias("real_gpu_hours"),
         (pl.when(billed > 0).then(pl.col("real_s") / billed)).alias("efficiency"),
-        ((billed - pl.col("real_s")).clip(lower_bound=0.0) / H).alias("idle_gpu_hours"),
-    ).with_columns((pl.col("idle_gpu_hours") * pl.col("usd_per_gpu_hour")).alias("idle_usd")).sort(
-        ["idle_usd", by], descending=[True, False])
+        ((billed - pl.col("real_s")).clip(lower_bound=0.0) / H).alias("unused_gpu_hours"),
+    ).with_columns((pl.col("unused_gpu_hours") * pl.col("usd_per_gpu_hour")).alias("unused_usd")).sort(
+        ["unused_usd", by], descending=[True, False])
     cols = (TableColumn(by, "", f"the {by} (from the allocation, else the processes)"),
             TableColumn("jobs", "count", "jobs (or pods) seen"),
             TableColumn("allocated_gpu_hours", "GPU-h", "allocated by the scheduler in the trial window"),
             TableColumn("held_gpu_hours", "GPU-h", "held by the jobs' processes"),
             TableColumn("real_gpu_hours", "GPU-h", "SM activity"),
             TableColumn("efficiency", "fraction", "real ÷ max(allocated, held)"),
-            TableColumn("idle_gpu_hours", "GPU-h", "max(allocated, held) − real"),
-            TableColumn("idle_usd", "USD", "idle GPU-hours × usd_per_gpu_hour"),
+            TableColumn("unused_gpu_hours", "GPU-h", "max(allocated, held) − real: billed hours the SMs did not use"),
+            TableColumn("unused_usd", "USD", "unused GPU-hours × usd_per_gpu_hour"),
             TableColumn("usd_per_gpu_hour", "USD/GPU-h", "the cloud flexible price of the GPUs it used, each at its "
                         f"model's own (one model: ${usd_per_gpu_hour:g})"))
-    return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the idle part.", cols,
+    return Table(f"chargeback_{by}", f"Chargeback per {by}, ranked by the cost of the unused part.", cols,
                  tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
 
 

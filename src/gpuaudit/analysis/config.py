@@ -72,7 +72,6 @@ class CloudConfig:
     egress_gb_per_week: float = _num(0.0, 1e12)
     managed_services_usd_per_month: float = _money()
     managed_services_usd_once: float = _money()
-    right_size_target_efficiency: float = _num(0.0, 1.0, above=True)
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,7 @@ class Config:
 
 # Units of the settings whose key does not end in one (see unit_of).
 _UNITS = {
-    "cloud_below": "fraction", "on_prem_above": "fraction", "right_size_target_efficiency": "fraction",
+    "cloud_below": "fraction", "on_prem_above": "fraction", "consolidation_target": "fraction",
     "confidence_level": "fraction", "sensitivity_fraction": "fraction", "growth_rates": "fraction/year",
     "gpus_per_instance": "GPUs", "pue": "×", "bootstrap_resamples": "count", "gpus_per_node": "GPUs",
     "owned_gpus": "GPUs", "fleet_gpus": "GPUs", "salvage_fraction": "fraction",
@@ -202,6 +201,8 @@ OFF_AT_ZERO = frozenset({"on_prem.space_usd_per_kw_per_month"})
 _REMOVED = {
     "analysis.hybrid_demand": "every plan is priced on held demand, what the cloud bills; packed (SM-weighted) "
                               "demand is what the 'if behaviour changes' scenarios show",
+    "cloud.right_size_target_efficiency": "the 'if behaviour changes' plans and the consolidation lever pack the "
+                                          "work to one target: set analysis.consolidation_target",
 }
 
 SECTIONS: dict[str, type] = {

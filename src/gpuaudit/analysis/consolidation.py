@@ -1,81 +1,58 @@
 """The consolidation lever: how many GPUs the measured work fits on, what that would save, and how to get there.
 
 Shown beside the buy/rent answer, never mixed into "cheapest": it needs the team to change how it holds GPUs.
-The work is the fleet-scaled SM-weighted demand (GPUs in use, Σ sm_active × gpu_fraction per bucket) at the
-target utilization (analysis.consolidation_target, 0.7: `1 − target` headroom), never more than the GPUs held in
-the bucket (it is their work); it fits on the peak of that, never more GPUs than the fleet has. The consolidated
-plan is the recommended plan's shape on the packed work, so the saving (the recommended plan − it) is
-consolidation's alone: a plan that rents nothing owns the GPUs the work fits on (keeping the owned ones first), a
-plan that owns nothing rents the work, a plan that does both (hybrid) is re-sized on the packed work (the best N,
-as hybrid.size does). What rules renting out rules it out here too: under data residency (or when all work is
-latency-sensitive) the consolidated plan owns what the work fits on, and a latency-sensitive share keeps its peak
-(the latency floor) on owned GPUs.
+The work is the packed demand the "if behaviour changes" plans are built on (plans.Context.packed: per bucket the
+fleet-scaled SM-weighted demand ÷ analysis.consolidation_target, never more than the GPUs held), and it fits on
+the GPUs `all-on-prem-if-packed` owns. The consolidated plan IS the what-if in the recommended plan's shape, so
+the lever and the what-if table give one size and one price for it (issue 26.4), and the saving (the recommended
+plan − it) is consolidation's alone: a plan that rents nothing becomes all-on-prem-if-packed, one that owns
+nothing all-cloud-if-packed, a hybrid hybrid-if-packed (re-sized on the packed work, its latency floor kept).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 
-import numpy as np
-
-from gpuaudit.analysis import costs
-from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.economics import CostScenario
 from gpuaudit.analysis.figure import Table
-from gpuaudit.analysis.fleet import latency_floor
-from gpuaudit.analysis.hybrid import size
-from gpuaudit.analysis.plans import cloud_of, is_cloud_used
+from gpuaudit.analysis.plans import is_cloud_used
 from gpuaudit.analysis.result import Consolidation
-from gpuaudit.analysis.scenarios import CostBlock
 
 _TOP_HOLDERS = 3
 
 
-def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: CostScenario,
-                runtime_utilization: float, efficiency_while_held: float | None, idle_held_gpu_hours: float,
-                per_user: Table, *, held: np.ndarray, latency_share: float = 0.0,
-                data_residency: bool = False) -> Consolidation:
-    """`in_use`: the fleet-scaled SM-weighted demand per bucket and `held` the held GPUs in the same buckets
-    (block.held); `recommended`: the recommended plan, whose shape the consolidated plan keeps."""
+# The recommended plan's shape on the packed work: which "if behaviour changes" plan consolidation is.
+_SHAPES = {(False, True): "all-on-prem-if-packed", (True, False): "all-cloud-if-packed",
+           (True, True): "hybrid-if-packed", (False, False): "all-on-prem-if-packed"}
+
+
+def consolidate(recommended: CostScenario, scenarios: Sequence[CostScenario], in_use_peak: float, target: float,
+                existing: int, runtime_utilization: float, efficiency_while_held: float | None,
+                idle_held_gpu_hours: float, per_user: Table, latency_floor: int = 0) -> Consolidation | None:
+    """`recommended`: the recommended plan, whose shape the consolidated plan keeps; `scenarios`: the block's
+    plans with its "if behaviour changes" ones (None when they were not built); `in_use_peak`: the fleet-scaled
+    SM-weighted demand's peak, the tile's source; `latency_floor`: the packed work's latency floor (what a plan
+    that rents must own)."""
+    by_id = {s.id: s for s in scenarios}
+    rents, owns = is_cloud_used(recommended), recommended.owned_gpus > 0
+    shaped = by_id.get(_SHAPES[(rents, owns)])
+    fits = by_id.get("all-on-prem-if-packed")
+    if shaped is None or fits is None:
+        return None
     recommended_usd = float(recommended.total.value or 0.0)
-    recommended_rents, recommended_owns = is_cloud_used(recommended), recommended.owned_gpus > 0
-    target = cfg.analysis.consolidation_target
-    tl, fl = block.timeline, block.fleet
-    peak = float(np.max(in_use)) if in_use.size else 0.0
-    # the packed work never needs more GPUs than were held in the bucket (it is those GPUs' work)
-    work = np.minimum(in_use / target, held)
-    n_fit = min(max(1, math.ceil(float(work.max(initial=0.0)) - 1e-9)), max(fl.gpus, 1))
-    work = np.minimum(work, float(n_fit))
-    power = block.power or costs.PowerModel(block.watts, block.watts, block.watts)
-    floor = n_fit if data_residency or latency_share >= 1 else latency_floor(latency_share, work)
-    # The recommended plan's shape on the packed work, so the saving is consolidation's alone: owning only when it
-    # rents nothing (or renting is ruled out), renting only when it owns nothing, else its hybrid split re-sized.
-    if floor >= n_fit or not recommended_rents:
-        n_own = n_fit
-    elif recommended_owns:
-        bill0, _k0, _m0 = cloud_of(cfg, tl, work, block.prices)
-        rent_all = float(sum(bill0.values())) + float(costs.owned_total(costs.owned_cost(
-            cfg, tl, 0.0, block.watts, fl.existing, fl.age_years))[0])
-        n_own = max(size(cfg, tl, work, rent_all, power, fl.existing, fl.age_years, min_owned=floor).n_owning,
-                    floor, 1)
-    else:
-        n_own = floor
-    parts = costs.owned_cost(cfg, tl, float(n_own), power.watts(np.minimum(work, n_own), float(n_own))
-                             if n_own else block.watts, fl.existing, fl.age_years)
-    usd = float(costs.owned_total(parts)[0])
-    rented_gpu_hours = 0.0
-    sold = (f" (keep {min(n_own, fl.existing):,} of the {fl.existing:,} owned, sell the rest)"
-            if fl.existing > n_own > 0 else "")
-    if n_own >= n_fit:
-        plan = f"own {n_fit:,} GPUs{sold}"
-    else:
-        bill, _k, mean = cloud_of(cfg, tl, work - n_own, block.prices)
-        usd += float(sum(bill.values()))
-        rented_gpu_hours = mean * costs.HOURS_PER_MONTH * tl.months  # as a scenario's cloud_gpu_hours
-        why = " for the latency-sensitive work" if n_own == floor and floor > 0 else ""
+    n_fit, n_own = fits.owned_gpus, shaped.owned_gpus
+    usd = float(shaped.total.value or 0.0)
+    rented_gpu_hours = float(shaped.cloud_gpu_hours) if is_cloud_used(shaped) else 0.0
+    sold = (f" (keep {min(n_own, existing):,} of the {existing:,} owned, sell the rest)"
+            if existing > n_own > 0 else "")
+    if not is_cloud_used(shaped):
+        plan = f"own {n_own:,} GPUs{sold}"
+    elif n_own:
+        why = " for the latency-sensitive work" if n_own == latency_floor > 0 else ""
         plan = (f"own {n_own:,} GPUs{sold}{why} and rent the work above them at {target:.0%} utilization (at most "
-                f"{n_fit:,} GPUs at once)" if n_own else
-                f"rent the work at {target:.0%} utilization (at most {n_fit:,} GPUs at once)")
+                f"{n_fit:,} GPUs at once)")
+    else:
+        plan = f"rent the work at {target:.0%} utilization (at most {n_fit:,} GPUs at once)"
     holders = sorted((r for r in per_user.rows if float(r.get("idle_held_gpu_hours") or 0) > 0),
                      key=lambda r: (-float(r["idle_held_gpu_hours"]), str(r["user"])))[:_TOP_HOLDERS]
     top = tuple(f"{r['user']} ({float(r['idle_held_gpu_hours']):,.0f} GPU-h)" for r in holders)
@@ -90,7 +67,7 @@ def consolidate(cfg: Config, block: CostBlock, in_use: np.ndarray, recommended: 
         how.append("autoscale: release GPUs no job holds" if n_own == 0 else  # the plan rents it all
                    "pack jobs onto fewer GPUs with the scheduler and power down or sell the rest")
     return Consolidation(
-        fits_on_gpus=n_fit, peak_in_use_gpus=peak, target_utilization=target, plan=plan, plan_usd=usd,
+        fits_on_gpus=n_fit, peak_in_use_gpus=in_use_peak, target_utilization=target, plan=plan, plan_usd=usd,
         recommended_usd=recommended_usd, saving_usd=recommended_usd - usd, how=tuple(how),
         top_idle_holders=top, owned_gpus=n_own, cloud_gpu_hours=rented_gpu_hours,
         recommended_owned_gpus=recommended.owned_gpus, recommended_cloud_gpu_hours=recommended.cloud_gpu_hours,

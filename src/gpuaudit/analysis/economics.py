@@ -135,7 +135,8 @@ class BreakEven:
     real_equivalent: u* × measured efficiency while held (S/R): the real utilization that corresponds at
       today's efficiency.
     never: True when renting is cheaper even with every GPU billed all the time (u* > 1).
-    measured_billed: the trial's billed-hour utilization (= utilization.billed_utilization), compared with u*;
+    measured_billed: the trial's billed-hour utilization, billed GPU-hours / W (= utilization.billed_utilization),
+      compared with u*;
       measured_real / measured_runtime: S/W and R/W.
     verdict: "cloud" when all-cloud costs less than the reference, else "on-prem" (measured_billed < u* ⇔
       "cloud"); always "on-prem" under data residency. own_usd / cloud_usd: the two totals compared.

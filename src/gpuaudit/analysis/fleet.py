@@ -44,6 +44,7 @@ class Measured:
     elastic_reporting: np.ndarray | None = None
     elastic_gpus: int = 0
     elastic_equivalents: float = 0.0
+    in_use: np.ndarray | None = None  # SM-weighted GPUs in use per bucket (Σ sm_active × gpu_fraction)
 
 
 @dataclass(frozen=True)
@@ -134,3 +135,37 @@ def fleet_series(m: Measured, fl: Fleet, series: np.ndarray, elastic_part: np.nd
         return np.asarray(elastic_part, dtype=float).copy(), np.ones(x.shape, dtype=bool)
     ok = steady_rep > 1e-9
     return steady[ok] * (fl.steady / steady_rep[ok]) + elastic_part[ok], ok
+
+
+def coverage_weights(m: Measured, fl: Fleet) -> np.ndarray:
+    """Per kept bucket (fleet_series' buckets), the share of the scaled GPUs that reported in it: the weight of
+    the bucket in a fleet-wide mean, so that a bucket a tenth covered (a trial's partial first and last buckets,
+    a GPU that joined late) counts a tenth, not as much as a full one. Every bucket 1 when all GPUs are elastic
+    (nothing is scaled)."""
+    if fl.elastic <= 0 or m.elastic_reporting is None:
+        rep = m.reporting
+        return rep[rep > 1e-9] / fl.capacity if fl.capacity > 0 else np.zeros(0)
+    if fl.steady <= 1e-9:
+        return np.ones(m.reporting.shape)
+    rep = np.maximum(m.reporting - m.elastic_reporting, 0.0)
+    return rep[rep > 1e-9] / fl.steady
+
+
+def fleet_mean(m: Measured, fl: Fleet, scaled: np.ndarray) -> float:
+    """The coverage-weighted mean of a fleet-scaled series ÷ the fleet's GPUs: without elastic GPUs exactly
+    Σ series ÷ Σ GPUs reporting (billed ÷ W for the billed demand), on the fleet's capacity with them."""
+    wt = coverage_weights(m, fl)
+    if not scaled.size or wt.shape != scaled.shape or wt.sum() <= 0 or fl.capacity <= 0:
+        return 0.0
+    return float((scaled * wt).sum() / (wt.sum() * fl.capacity))
+
+
+def in_use_series(m: Measured, fl: Fleet) -> np.ndarray | None:
+    """The SM-weighted demand scaled to the fleet bucket by bucket as held demand is (the elastic GPUs' share of
+    it in proportion to their share of the held GPUs); None when the measurement carries no such series."""
+    if m.in_use is None:
+        return None
+    elastic = None
+    if m.elastic_held is not None:
+        elastic = np.where(m.held > 1e-12, m.in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
+    return fleet_series(m, fl, m.in_use, elastic)[0]

@@ -309,8 +309,8 @@ def _per_week(g: pl.DataFrame) -> Table:
 def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utilization:
     """`use` with the figures that depend on what the scheduler shows, each defined once (docs/report.md,
     Definitions): allocated utilization A/W; believed utilization (allocated where allocations were imported,
-    else the held-hour utilization R/W: what runtime-hour accounting shows); billed-hour utilization (what the
-    cost model bills, `billed_demand` scaled to the fleet: scenarios' break-even measure); and the phantom gap,
+    else the held-hour utilization R/W: what runtime-hour accounting shows); billed-hour utilization (billed
+    GPU-hours / W, what the cost model bills: the break-even's measure); and the phantom gap,
     believed − real, in GPU-hours and as a share of W."""
     w = led.observed_gpu_hours.value or 0.0
     allocated = allocated_utilization(led)
@@ -338,9 +338,9 @@ def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utiliz
         believed_utilization=believed_fig,
         billed_utilization=Figure(
             billed_utilization, "fraction",
-            "mean over the demand buckets of the billed GPUs scaled to the fleet ÷ fleet GPUs; billed = held, and on "
-            "hosts with allocations allocated or active (W − unallocated per GPU-hour)",
-            (src if scheduled else use.runtime_utilization.source) + " × fleet scaling (cost model)",
+            "billed GPU-hours / W (fleet-scaled, buckets weighted by coverage; on an autoscaled fleet ÷ its GPUs); "
+            "billed = held, and on hosts with allocations allocated or active (W − unallocated per GPU-hour)",
+            (src if scheduled else use.runtime_utilization.source) + " (cost model's billed demand)",
             "Billed-hour utilization: the share of the fleet's GPU-hours the cloud would bill (a GPU held by a "
             "process, or allocated to a job, busy or not); never below believed."),
         phantom_gap=Figure((believed_h - real_h) / w if w > 0 else None, "fraction", f"{name} / W − S / W",

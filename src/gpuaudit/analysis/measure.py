@@ -54,5 +54,6 @@ def measure(roll: Rollups, tr: Trial, *, current: Deployment, data_residency: bo
         elastic_held=demand["elastic_gpus_held"].to_numpy().astype(float) if el.gpus else None,
         elastic_reporting=demand["elastic_gpus_reporting"].to_numpy().astype(float) if el.gpus else None,
         elastic_gpus=el.gpus, elastic_equivalents=el.equivalents,
+        in_use=demand["gpus_in_use"].to_numpy().astype(float),
     )
     return Measure(measured, t, use, led, mapped, demand, bucket_s, el)

@@ -23,10 +23,10 @@ from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.economics import Sensitivity
 from gpuaudit.analysis.figure import Table
-from gpuaudit.analysis.fleet import Measured, fleet, fleet_series
+from gpuaudit.analysis.fleet import Measured, fleet, in_use_series, latency_floor
 from gpuaudit.analysis.measure import Measure, measure
 from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
-from gpuaudit.analysis.plans import OWNING
+from gpuaudit.analysis.plans import OWNING, packed_demand
 from gpuaudit.analysis.poolresult import pool_results
 from gpuaudit.analysis.pools import (
     Composed,
@@ -111,7 +111,7 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     sample, conf = _confidence(p, me.measured, days, inputs, use.real_is_upper_bound)
     sens = _sensitivity(p, sample)
     decision = _decision(p, t, tr, inputs, conf, dq, sens, sample, use.real_is_upper_bound)
-    lever = _consolidation(cfg, block, me.measured, me.demand, decision, t, bd)
+    lever = _consolidation(cfg, block, me.measured, decision, t, bd)
     pools = _pools(roll, tr, p, days, decision, inputs)
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=me.measured, bucket_s=me.bucket_s,
@@ -239,19 +239,15 @@ def _pools(roll: Rollups, tr: Trial, p: _Priced, days: Any, decision: Decision,
     return pool_results(pr, p.parts, p.pool_me, pool_days, p.comp, p.block, decision, inputs, sizes)
 
 
-def _consolidation(cfg: Config, block: CostBlock, m: Measured, demand: Any, decision: Any, t: ut.Totals,
-                   bd: Any) -> Consolidation:
-    """The consolidation lever on the fleet-scaled SM-weighted demand (scaled bucket by bucket as held demand is;
-    the elastic GPUs' share of it in proportion to their share of the held GPUs)."""
-    in_use = demand["gpus_in_use"].to_numpy().astype(float)
-    elastic = None
-    if m.elastic_held is not None:
-        elastic = np.where(m.held > 1e-12, in_use * m.elastic_held / np.maximum(m.held, 1e-12), 0.0)
-    scaled, _ok = fleet_series(m, block.fleet, in_use, elastic)
+def _consolidation(cfg: Config, block: CostBlock, m: Measured, decision: Any, t: ut.Totals,
+                   bd: Any) -> Consolidation | None:
+    """The consolidation lever: the "if behaviour changes" plan in the recommended plan's shape."""
+    in_use = in_use_series(m, block.fleet)
     rec = next(s for s in block.scenarios if s.id == (decision.recommended_scenario or block.cheapest))
-    return consolidate(cfg, block, scaled, rec, t.runtime_utilization, t.s / t.r if t.r > 0 else None,
-                       t.idle_held, bd.per_user, latency_share=m.latency_share, data_residency=m.data_residency,
-                       held=block.held)
+    floor = latency_floor(m.latency_share, packed_demand(cfg, m, block.fleet, block.held))
+    return consolidate(rec, block.scenarios, float(in_use.max()) if in_use is not None and in_use.size else 0.0,
+                       cfg.analysis.consolidation_target, block.fleet.existing, t.runtime_utilization,
+                       t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, floor)
 
 
 def _check_finite(t: ut.Totals) -> None:

@@ -17,7 +17,7 @@ from gpuaudit.analysis import costs
 from gpuaudit.analysis.config import Config
 from gpuaudit.analysis.economics import CostScenario
 from gpuaudit.analysis.figure import Figure
-from gpuaudit.analysis.fleet import Fleet, Measured, fleet_series, latency_floor
+from gpuaudit.analysis.fleet import Fleet, Measured, fleet_series, in_use_series, latency_floor
 from gpuaudit.analysis.hybrid import Sizing, size
 from gpuaudit.analysis.result import Deployment
 from gpuaudit.util import fmt
@@ -86,6 +86,18 @@ def allowed(m: Measured, s: CostScenario, floor: int) -> bool:
 
 
 
+def packed_demand(cfg: Config, m: Measured, fl: Fleet, held: np.ndarray, growth_factor: float = 1.0) -> np.ndarray:
+    """The work packed to analysis.consolidation_target, the one packed demand the "if behaviour changes" plans
+    and the consolidation lever are sized and priced on: per bucket the fleet-scaled SM-weighted demand ÷ the
+    target, never more than the GPUs held (`held`, fleet-scaled: it is their work). Without an SM series (older
+    callers): held demand × min(S ÷ target, R) ÷ R."""
+    target = cfg.analysis.consolidation_target
+    in_use = in_use_series(m, fl)
+    if in_use is None or in_use.shape != held.shape:
+        return held * (min(m.s / target, m.r) / m.r if m.r > 0 else 1.0)
+    return np.minimum(in_use * growth_factor / target, held)
+
+
 @dataclass(frozen=True)
 class Context:
     """What every plan builder reads: the settings, what was measured, the fleet and its demand."""
@@ -114,14 +126,14 @@ class Context:
         return latency_floor(self.m.latency_share, self.held)
 
     @cached_property
-    def pack(self) -> float:
-        """The what-ifs' packing: held demand × min(S ÷ target efficiency, R) ÷ R."""
-        m = self.m
-        return min(m.s / self.cfg.cloud.right_size_target_efficiency, m.r) / m.r if m.r > 0 else 1.0
+    def packed(self) -> np.ndarray:
+        return packed_demand(self.cfg, self.m, self.fl, self.held, self.growth_factor)
 
     @cached_property
-    def packed(self) -> np.ndarray:
-        return self.held * self.pack
+    def pack(self) -> float:
+        """Packed ÷ held demand over the trial: what the packing leaves of the hours billed, on average."""
+        total = float(self.held.sum())
+        return float(self.packed.sum()) / total if total > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -205,21 +217,27 @@ def hybrid(c: Context, built: Mapping[str, Built]) -> Built:
                  sizing=sizing)
 
 
+_PACKED = "packed demand (per bucket SM-weighted demand ÷ target, at most the GPUs held)"
+
+
+def _packed_words(c: Context) -> str:
+    return (f"the work packed to {c.cfg.analysis.consolidation_target:.0%} SM activity (held demand × "
+            f"{c.pack:.2f} on average)")
+
+
 def _all_cloud_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
-    eff = c.cfg.cloud.right_size_target_efficiency
     bill, _k, mean = c.rent(c.packed)
     return Built(_scenario("all-cloud-if-packed", "All cloud, if behaviour changes",
-                           f"Rent only held hours that do work: held demand × {c.pack:.2f} (real ÷ {eff:.0%} target "
-                           "efficiency).", mean, 0, {**c.own(0), **bill},
-                           "cloud cost(held demand × min(S / efficiency, R) / R)", c.tl, what_if=True),
+                           f"Rent only {_packed_words(c)}.", mean, 0, {**c.own(0), **bill},
+                           f"cloud cost({_PACKED})", c.tl, what_if=True),
                  floor=latency_floor(c.m.latency_share, c.packed))
 
 
 def _all_on_prem_if_packed(c: Context, _built: Mapping[str, Built]) -> Built:
     n = _peak(c.packed)
     return Built(_scenario("all-on-prem-if-packed", "All on-prem, if behaviour changes",
-                           f"Own enough GPUs for the peak of held demand × {c.pack:.2f} ({n}).", 0.0, n,
-                           c.own(n, c.packed), "owned cost(ceil(peak demand × pack factor))", c.tl, what_if=True),
+                           f"Own enough GPUs for the peak of {_packed_words(c)}: the work fits on {n:,}.", 0.0, n,
+                           c.own(n, c.packed), f"owned cost(ceil(peak {_PACKED}))", c.tl, what_if=True),
                  floor=0)
 
 
@@ -230,8 +248,9 @@ def _hybrid_if_packed(c: Context, built: Mapping[str, Built]) -> Built:
     n = max(1, size(c.cfg, c.tl, c.packed, rent_all, c.power, fl.existing, fl.age_years, min_owned=floor).n_owning)
     bill, _k, over = c.rent(c.packed - n)
     return Built(_scenario("hybrid-if-packed", "Hybrid, if behaviour changes",
-                           f"Own {_gpus(n)}{_floor_note(c.m, floor)}, rent held demand × {c.pack:.2f} above them.",
-                           over, n, {**c.own(n, c.packed), **bill}, "owned cost(N) + flexible cloud cost above N",
+                           f"Own {_gpus(n)}{_floor_note(c.m, floor)}, rent {_packed_words(c)} above them.",
+                           over, n, {**c.own(n, c.packed), **bill},
+                           f"owned cost(N) + cloud cost(max({_PACKED} − N, 0))",
                            c.tl, what_if=True), floor=floor)
 
 

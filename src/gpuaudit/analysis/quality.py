@@ -106,7 +106,8 @@ def _coverage(t: Totals, cfg: Config, el: Elastic) -> tuple[float, float]:
 def _provisional_warning(tr: Trial, cfg: Config) -> list[str]:
     if not tr.provisional:
         return []
-    return [f"the trial covers {fmt.span(tr.days)}, less than {cfg.decision.provisional_below_days:g}: the decision "
+    return [f"the trial covers {fmt.span(tr.days)}, less than {cfg.decision.provisional_below_days:g} days "
+            "(decision.provisional_below_days): the decision "
             "is provisional"]
 
 

@@ -282,9 +282,9 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
 
     c = ev.confidence
     if c.too_few_days:
-        cap(0, f"the trial has {c.days} day(s) of data, fewer than the {c.min_days} a day-block bootstrap needs "
-               "(analysis.bootstrap_min_days: a week, so that the weekly cycle is in every resample): no interval "
-               "is claimed")
+        cap(0, f"the trial has {fmt.count(c.days, 'day')} of data, fewer than the {c.min_days} a day-block "
+               "bootstrap needs (analysis.bootstrap_min_days: a week, so that the weekly cycle is in every "
+               "resample): no interval is claimed")
     elif not c.resamples:
         cap(1, "no day-resamples were drawn (analysis.bootstrap_resamples = 0): how much the answer moves with "
                "the days observed was not measured")

@@ -144,8 +144,8 @@ def summary(r: AnalysisResult) -> str:
            else "— never at these prices")
         + f"; peak demand {r.hybrid.peak_demand.value:.1f} GPUs",
     ]
-    if r.warnings:
-        lines.append("")
-        lines += [f"warning: {w}" for w in r.warnings]
+    if r.warnings:  # also on stderr as `gpuaudit: warning:` lines (flows.warn): here they stay with the figures
+        lines += ["", "Warnings:"]
+        lines += [f"  - {w}" for w in r.warnings]
     # Warnings and caveats can quote data (paths, names): no raw control characters on the terminal.
     return "\n".join(printable(line) for line in lines) + "\n"

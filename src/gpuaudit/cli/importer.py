@@ -137,17 +137,14 @@ def _allocation_summary(what: str, s: Any, root: Path, unit: str) -> None:
     (the one warning format, util/logsetup's)."""
     import logging
 
+    from gpuaudit.util.fmt import count
     from gpuaudit.util.textsafe import printable
 
     log = logging.getLogger("gpuaudit")
-
-    def count(n: int, noun: str) -> str:
-        return f"{n} {noun if n == 1 else noun + 's'}"
-
-    typer.echo(f"imported {s.rows} allocation rows ({count(s.jobs, unit)}, {s.gpu_hours:,.1f} GPU-hours "
+    typer.echo(f"imported {count(s.rows, 'allocation row')} ({count(s.jobs, unit)}, {s.gpu_hours:,.1f} GPU-hours "
                f"allocated) from {what} into {printable(root)}")
     if s.replaced:
-        typer.echo(f"replaced {s.replaced} rows of earlier imports")
+        typer.echo(f"replaced {count(s.replaced, 'row')} of earlier imports")
     for reason, n in sorted(s.skipped.items()):
         example = s.examples.get(reason)
         log.warning("skipped %s: %s%s", count(n, unit), reason, f" (e.g. {example})" if example else "")

@@ -50,7 +50,7 @@ def report_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the paths written."),
     by: str = typer.Option(None, "--by", help="Chargeback / showback too: comma-separated account, user, "
                                              "partition, namespace -> chargeback-KEY.csv and .json (allocated, "
-                                             "held, real GPU-hours, idle cost; rows sum to the fleet) and "
+                                             "held, real, unused GPU-hours and their cost; rows sum to the fleet) and "
                                              "idle-jobs.csv / .json."),
 ) -> None:
     """Write the audit report (HTML, Markdown, JSON) for a dataset, and print a short summary.

@@ -9,6 +9,7 @@ import typer
 
 from gpuaudit.cli import app
 from gpuaudit.cli._common import DataOption, data_path, data_source, fail, handle_errors
+from gpuaudit.util.fmt import count
 from gpuaudit.util.paths import expand_user
 
 # What one `gpuaudit sql` may take from the machine by default: a query is the user's, so it gets bounds a shared
@@ -131,8 +132,8 @@ def compact(
     stats = store.compact(root, table=table, host=host, date=date, wait=not no_wait)
     saved = stats.bytes_before - stats.bytes_after
     typer.echo(
-        f"compacted {stats.partitions} partition(s): {stats.files_before} files -> {stats.files_after}, "
+        f"compacted {count(stats.partitions, 'partition')}: {stats.files_before} files -> {stats.files_after}, "
         f"{stats.bytes_before:,} -> {stats.bytes_after:,} bytes ({saved:,} saved)"
-        + (f"; finished {stats.recovered} interrupted compaction(s)" if stats.recovered else "")
-        + (f"; left {len(stats.skipped)} unreadable or foreign file(s) in place" if stats.skipped else "")
+        + (f"; finished {count(stats.recovered, 'interrupted compaction')}" if stats.recovered else "")
+        + (f"; left {count(len(stats.skipped), 'unreadable or foreign file')} in place" if stats.skipped else "")
     )

@@ -82,14 +82,15 @@ def _sum(table: Table, column: str) -> float:
 
 
 def _totals(table: Table, what: str, usd_per_gpu_hour: float) -> str:
-    """A breakdown file's totals, as its rows sum: how many rows, GPU-hours allocated / held / idle, the idle cost."""
+    """A breakdown file's totals, as its rows sum: how many rows, GPU-hours allocated / held / unused (chargeback)
+    or idle (idle jobs), and their cost, each under the name its file's columns carry."""
     from gpuaudit.util import fmt
 
-    table.require("allocated_gpu_hours", "held_gpu_hours", "idle_gpu_hours", "idle_usd")
-    n = len(table.rows)
-    return (f"{n:,} {what}{'' if n == 1 else 's'}: {fmt.hours(_sum(table, 'allocated_gpu_hours'))} allocated, "
-            f"{fmt.hours(_sum(table, 'held_gpu_hours'))} held, {fmt.hours(_sum(table, 'idle_gpu_hours'))} idle, "
-            f"{fmt.money(_sum(table, 'idle_usd'), exact=True)} idle cost at ${usd_per_gpu_hour:,.2f}/GPU-h")
+    word = "unused" if "unused_gpu_hours" in {c.name for c in table.columns} else "idle"
+    table.require("allocated_gpu_hours", "held_gpu_hours", f"{word}_gpu_hours", f"{word}_usd")
+    return (f"{fmt.count(len(table.rows), what)}: {fmt.hours(_sum(table, 'allocated_gpu_hours'))} allocated, "
+            f"{fmt.hours(_sum(table, 'held_gpu_hours'))} held, {fmt.hours(_sum(table, f'{word}_gpu_hours'))} {word}, "
+            f"{fmt.money(_sum(table, f'{word}_usd'), exact=True)} {word} cost at ${usd_per_gpu_hour:,.2f}/GPU-h")
 
 
 def chargeback_links(result: AnalysisResult, by: Iterable[str]) -> tuple[LinkedFile, ...]:

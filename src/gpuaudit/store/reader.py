@@ -21,7 +21,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, readers, remote
 from gpuaudit.store.base import connect, first_line, sql_str
 from gpuaudit.store.journal import hidden_names
-from gpuaudit.util import paths
+from gpuaudit.util import fmt, paths
 from gpuaudit.util.interrupt import run_stoppable
 
 if TYPE_CHECKING:
@@ -387,7 +387,7 @@ class Dataset:
                 "GROUP BY reason ORDER BY n DESC, reason"))
             for reason, n, example, nfiles in rows:
                 where = example if nfiles == 1 else f"{nfiles} files, e.g. {example}"
-                log.warning("excluded %d %s rows: %s (in %s)", n, table, reason, where)
+                log.warning("excluded %s: %s (in %s)", fmt.count(n, table + " row"), reason, where)
                 out.append((table, reason, n))
         return out
 

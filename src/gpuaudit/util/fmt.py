@@ -74,6 +74,11 @@ def hours(v: float | None) -> str:
     return f"{x:,.0f} GPU-h" if abs(x) >= 10 else f"{x:,.1f} GPU-h"
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """n with its noun, singular only for exactly one: "1 job", "2 jobs", "1,024 GPUs"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def span(days: float) -> str:
     """A trial's length: days, or hours when under one day (a 1-hour trial is not "0.0 days")."""
     return f"{days:.1f} days" if days >= 1 else f"{days * 24:.1f} hours"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ import polars as pl
 
 from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
+from gpuaudit.util import fmt
 from gpuaudit.util.resources import load_sql
 
 log = logging.getLogger("gpuaudit.analysis")
@@ -122,10 +124,15 @@ def _stage1(ds: Any) -> tuple[Rollups, list[float | None]]:
     # Rows stage 1 saw through the views, against the files' footers: a clean dataset needs no extra scan.
     seen = engine.query(f"SELECT coalesce(sum(samples), 0) AS n FROM {STREAMS_TABLE}")["n"][0]
     shown = {schema.SAMPLES: int(seen), schema.PROCESSES: int(roll.holders["process_samples"].sum() or 0)}
-    rows = tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in ds.rejected_rows(shown))
+    rows = excluded_lines(ds.rejected_rows(shown))
     span = engine.query(f"SELECT min(first_s) AS a, max(last_s) AS b FROM {STREAMS_TABLE}")
     return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in ds.skipped),
                                rejected_rows=rows), [span["a"][0], span["b"][0]]
+
+
+def excluded_lines(rejected: Iterable[tuple[str, str, int]]) -> tuple[str, ...]:
+    """The result's warnings for rows the reader left out, (table, why, n) each: "1 gpu_samples row excluded: ..."."""
+    return tuple(f"{fmt.count(n, table + ' row')} excluded: {why}" for table, why, n in rejected)
 
 
 def rollups_from(engine: Engine) -> Rollups:

@@ -25,10 +25,10 @@ import polars as pl
 
 from gpuaudit import schema, store
 from gpuaudit.analysis.stage1.frames import Rollups
-from gpuaudit.analysis.stage1.rollup import rollups_from
+from gpuaudit.analysis.stage1.rollup import excluded_lines, rollups_from
 from gpuaudit.errors import GpuauditError
 from gpuaudit.store import conformance, readers
-from gpuaudit.util import paths
+from gpuaudit.util import fmt, paths
 
 # The contract's DuckDB types (schema.py) as Spark SQL types: each file column is read as what it is stored as.
 _SPARK_TYPES = {"TIMESTAMPTZ": "TIMESTAMP", "FLOAT": "FLOAT", "VARCHAR": "STRING", "SMALLINT": "SMALLINT",
@@ -175,7 +175,7 @@ class _Views:
                 f"SELECT reason, count(*) AS n FROM ({reasons}) WHERE reason IS NOT NULL "
                 "GROUP BY reason ORDER BY n DESC, reason")).collect()
             for reason, n in rows:
-                logging.getLogger("gpuaudit.store").warning("excluded %d %s rows: %s", n, table, reason)
+                logging.getLogger("gpuaudit.store").warning("excluded %s: %s", fmt.count(n, table + " row"), reason)
                 out.append((table, reason, n))
         return out
 
@@ -254,4 +254,4 @@ def load_rollups(root: Path | str) -> Rollups:
     finally:
         readers.release(hold)
     return dataclasses.replace(roll, skipped_files=tuple(f"{p}: {why}" for p, why in views.skipped),
-                               rejected_rows=tuple(f"{n:,} {table} rows excluded: {why}" for table, why, n in rejected))
+                               rejected_rows=excluded_lines(rejected))
