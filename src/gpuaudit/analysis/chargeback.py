@@ -32,10 +32,10 @@ from gpuaudit.schema import ALLOC_SOURCE_KUBERNETES
 
 H = 3600.0
 KEYS = ("account", "user", "partition", "namespace")
-NO_ALLOC = "(no allocation)"
-NO_PROCESS = "(no process)"
-UNATTRIBUTED = "(unattributed)"
-ZERO_UTIL_BELOW = 0.01  # SM activity below 1 % while held is "0 %"
+_NO_ALLOC = "(no allocation)"
+_NO_PROCESS = "(no process)"
+_UNATTRIBUTED = "(unattributed)"
+_ZERO_UTIL_BELOW = 0.01  # SM activity below 1 % while held is "0 %"
 MIN_IDLE_HOURS = 1.0  # idle-jobs lists a job idle for at least this much wall time (hours): the one threshold
 SRC = "gpu_allocations + gpu_processes attribution of gpu_samples GPU-hours"
 
@@ -114,22 +114,22 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
         pl.col("allocated_s", "held_s", "real_s", "idle_held_s").fill_null(0.0),
         pl.coalesce("job", "p_job", pl.lit("")).alias("job"),
         pl.coalesce("a_user", pl.when(pl.col("p_user") != "").then(pl.col("p_user")),
-                    pl.lit(UNATTRIBUTED)).alias("user"),
-        pl.coalesce("account", pl.lit(NO_ALLOC)).alias("account"),
-        pl.coalesce("partition", pl.lit(NO_ALLOC)).alias("partition"),
+                    pl.lit(_UNATTRIBUTED)).alias("user"),
+        pl.coalesce("account", pl.lit(_NO_ALLOC)).alias("account"),
+        pl.coalesce("partition", pl.lit(_NO_ALLOC)).alias("partition"),
         pl.coalesce("a_namespace", pl.when(pl.col("p_namespace") != "").then(pl.col("p_namespace")),
-                    pl.lit(NO_ALLOC)).alias("namespace"),
+                    pl.lit(_NO_ALLOC)).alias("namespace"),
         pl.when(pl.col("jkey").str.starts_with("user:")).then(pl.lit("user"))
         .otherwise(pl.col("source").fill_null("processes")).alias("source"),
         pl.coalesce(pl.col("p_usd").fill_nan(None), "a_usd", pl.lit(prices.default)).alias("usd"),
     )
     out = out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
                      "alloc_gpus", "gpus_used", "usd")
-    # Sorted once here, not in every group_table call: the per-key sums then run in a fixed order.
+    # Sorted once here, not in every _group_table call: the per-key sums then run in a fixed order.
     return out.sort(out.columns, nulls_last=True), per_hour
 
 
-def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
+def _group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
     """Chargeback rows for one key, ranked by the cost of the unused part; rows sum to the fleet totals."""
     billed = pl.max_horizontal("allocated_s", "held_s")
     # a group's unused part at its jobs' own model prices, weighted by what each billed
@@ -138,7 +138,7 @@ def group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_rea
         ((billed * pl.col("usd")).sum() / billed.sum()).fill_nan(None).alias("usd_per_gpu_hour"))
     rows = rows.with_columns(pl.col("usd_per_gpu_hour").fill_null(usd_per_gpu_hour))
     if unheld_real_s > 1e-9:
-        rows = pl.concat([rows, pl.DataFrame({by: [NO_PROCESS], "allocated_s": [0.0], "held_s": [0.0],
+        rows = pl.concat([rows, pl.DataFrame({by: [_NO_PROCESS], "allocated_s": [0.0], "held_s": [0.0],
                                               "real_s": [unheld_real_s], "jobs": [0],
                                               "usd_per_gpu_hour": [usd_per_gpu_hour]}).cast(rows.schema)])
     rows = rows.with_columns(
@@ -169,7 +169,7 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
     real = jobs.filter(pl.col("source") != "user")
     width = pl.max_horizontal(pl.col("gpus_used").fill_null(0), pl.col("alloc_gpus").fill_null(0), pl.lit(1))
     zero = real.filter(
-        ((pl.col("held_s") > 0) & (pl.col("real_s") < ZERO_UTIL_BELOW * pl.col("held_s"))
+        ((pl.col("held_s") > 0) & (pl.col("real_s") < _ZERO_UTIL_BELOW * pl.col("held_s"))
          & (pl.col("held_s") / width >= MIN_IDLE_HOURS * H))
         | ((pl.col("held_s") <= 0) & (pl.col("allocated_s") / width >= MIN_IDLE_HOURS * H))
     ).with_columns(
@@ -177,7 +177,7 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
         .otherwise(pl.lit("allocated, no process")).alias("reason"),
         (pl.max_horizontal("allocated_s", "held_s") / H).alias("idle_gpu_hours"),
         pl.lit(None, pl.Float64).alias("active_hours"))
-    ph = per_hour.with_columns((pl.col("real_s") >= ZERO_UTIL_BELOW * pl.col("held_s")).alias("active")).sort(
+    ph = per_hour.with_columns((pl.col("real_s") >= _ZERO_UTIL_BELOW * pl.col("held_s")).alias("active")).sort(
         "jkey", "hour_s")
     last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
                                                                   pl.len().alias("active_hours"))
@@ -242,7 +242,7 @@ class Prices:
 def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
                usd_per_gpu_hour: float, unheld_real_s: float, prices: Prices | None = None) -> Chargeback:
     jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s, prices or Prices(usd_per_gpu_hour))
-    tables = {by: group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
+    tables = {by: _group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
     return Chargeback(usd_per_gpu_hour=usd_per_gpu_hour, by_account=tables["account"], by_user=tables["user"],
                       by_partition=tables["partition"], by_namespace=tables["namespace"],
                       idle_jobs=idle_jobs(jobs, per_hour))

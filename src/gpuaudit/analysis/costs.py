@@ -30,7 +30,7 @@ import numpy as np
 from gpuaudit.analysis.config import Config
 
 HOURS_PER_MONTH = 8760.0 / 12
-WEEKS_PER_MONTH = 52.0 / 12
+_WEEKS_PER_MONTH = 52.0 / 12
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class CloudPrices:
     unit: int  # GPUs per billing unit: 1, or GPUs per instance with instance granularity
 
 
-def spot_overhead(cfg: Config) -> float:
+def _spot_overhead(cfg: Config) -> float:
     c = cfg.cloud
     return 1.0 + c.spot_interruptions_per_hour * c.spot_lost_hours_per_interruption
 
@@ -104,7 +104,7 @@ def cloud_prices(cfg: Config) -> CloudPrices:
     rest = 1.0 - c.reserved_share
     if rest > 1e-12:
         on_demand = max(0.0, rest - c.spot_share - c.capacity_block_share)
-        mix = (c.spot_share * c.spot_multiplier * spot_overhead(cfg) + c.capacity_block_share *
+        mix = (c.spot_share * c.spot_multiplier * _spot_overhead(cfg) + c.capacity_block_share *
                c.capacity_block_multiplier + on_demand) / rest
     else:
         mix = 1.0  # everything reserved: what spills over (rounding) is bought on demand
@@ -145,7 +145,7 @@ def cloud_fixed(cfg: Config, tl: Timeline) -> dict[str, float]:
     """Egress and managed services: paid whenever the cloud is used at all."""
     c = cfg.cloud
     return {
-        "egress": c.egress_usd_per_gb * c.egress_gb_per_week * WEEKS_PER_MONTH * tl.annuity,
+        "egress": c.egress_usd_per_gb * c.egress_gb_per_week * _WEEKS_PER_MONTH * tl.annuity,
         "managed_services": c.managed_services_usd_once + c.managed_services_usd_per_month * tl.annuity,
     }
 

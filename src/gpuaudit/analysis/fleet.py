@@ -137,7 +137,7 @@ def fleet_series(m: Measured, fl: Fleet, series: np.ndarray, elastic_part: np.nd
     return steady[ok] * (fl.steady / steady_rep[ok]) + elastic_part[ok], ok
 
 
-def coverage_weights(m: Measured, fl: Fleet) -> np.ndarray:
+def _coverage_weights(m: Measured, fl: Fleet) -> np.ndarray:
     """Per kept bucket (fleet_series' buckets), the share of the scaled GPUs that reported in it: the weight of
     the bucket in a fleet-wide mean, so that a bucket a tenth covered (a trial's partial first and last buckets,
     a GPU that joined late) counts a tenth, not as much as a full one. Every bucket 1 when all GPUs are elastic
@@ -154,7 +154,7 @@ def coverage_weights(m: Measured, fl: Fleet) -> np.ndarray:
 def fleet_mean(m: Measured, fl: Fleet, scaled: np.ndarray) -> float:
     """The coverage-weighted mean of a fleet-scaled series ÷ the fleet's GPUs: without elastic GPUs exactly
     Σ series ÷ Σ GPUs reporting (billed ÷ W for the billed demand), on the fleet's capacity with them."""
-    wt = coverage_weights(m, fl)
+    wt = _coverage_weights(m, fl)
     if not scaled.size or wt.shape != scaled.shape or wt.sum() <= 0 or fl.capacity <= 0:
         return 0.0
     return float((scaled * wt).sum() / (wt.sum() * fl.capacity))

@@ -40,7 +40,7 @@ from gpuaudit.analysis.result import Ledger, Utilization
 H = 3600.0
 _GPU = ["host", "gpu_uuid", "mig_instance"]
 _HOUR = ["host", "hour_s"]
-SRC_ALLOC = "gpu_allocations (sql/analysis_allocations.sql) mapped onto gpu_samples GPU-hours"
+_SRC_ALLOC = "gpu_allocations (sql/analysis_allocations.sql) mapped onto gpu_samples GPU-hours"
 BASIS_PROCESSES, BASIS_ALLOCATIONS, BASIS_MIXED = "processes", "allocations", "mixed"
 
 
@@ -56,7 +56,7 @@ class Mapped:
     warnings: tuple[str, ...] = ()  # for the result's warnings (terminal, report, JSON)
 
 
-def has_allocations(allocations: pl.DataFrame | None) -> bool:
+def _has_allocations(allocations: pl.DataFrame | None) -> bool:
     return allocations is not None and allocations.height > 0
 
 
@@ -91,7 +91,7 @@ def map_allocations(gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations:
     g = g.with_columns(active.clip(upper_bound=pl.col("observed_s")).alias("active_s"))
     empty_hours = pl.DataFrame(schema={"aid": pl.UInt32, "host": pl.String, "hour_s": pl.Float64,
                                        "gpu_s": pl.Float64})
-    if not has_allocations(allocations):
+    if not _has_allocations(allocations):
         g = g.with_columns(pl.col("held_s").alias("allocated_s"))
         return Mapped(_states(g), empty_hours, 0.0, 0.0, frozenset())
     assert allocations is not None
@@ -182,7 +182,7 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
         else set()
     basis = (BASIS_PROCESSES if not m.basis_hosts else
              BASIS_ALLOCATIONS if hosts_seen <= m.basis_hosts else BASIS_MIXED)
-    src = SRC_ALLOC if basis != BASIS_PROCESSES else "gpu_samples (sql/analysis_rollup.sql): allocated = held"
+    src = _SRC_ALLOC if basis != BASIS_PROCESSES else "gpu_samples (sql/analysis_rollup.sql): allocated = held"
     w = sums["observed_s"] / H
 
     def fig(name: str, formula: str) -> Figure:
@@ -246,7 +246,7 @@ def ledger(roll_gpu_hours: pl.DataFrame, holders: pl.DataFrame, allocations: pl.
     ), m
 
 
-OUTSIDE_WARN_SHARE = 0.10  # held time outside any allocation, as a share of held time, that is warned about
+_OUTSIDE_WARN_SHARE = 0.10  # held time outside any allocation, as a share of held time, that is warned about
 
 
 def _outside_warning(g: pl.DataFrame, m: Mapped, holders: pl.DataFrame, allocations: pl.DataFrame | None,
@@ -257,7 +257,7 @@ def _outside_warning(g: pl.DataFrame, m: Mapped, holders: pl.DataFrame, allocati
         return None
     basis = g.filter(pl.col("host").is_in(list(m.basis_hosts)))
     held_s = float(basis["active_s"].sum())
-    if held_s <= 0 or outside_s < OUTSIDE_WARN_SHARE * held_s:
+    if held_s <= 0 or outside_s < _OUTSIDE_WARN_SHARE * held_s:
         return None
     a0, a1 = float(allocations["start_s"].min()), float(allocations["end_s"].max())  # type: ignore[arg-type]
     beyond = basis.filter((pl.col("hour_s") + H <= a0) | (pl.col("hour_s") >= a1)).select(
@@ -303,7 +303,7 @@ def _per_week(g: pl.DataFrame) -> Table:
             TableColumn("held_gpu_hours", "GPU-h", "held by a process (R)"),
             TableColumn("real_gpu_hours", "GPU-h", "SM activity (S)"))
     return Table("ledger_per_week", "The four-state ledger per week (stacked: they sum to W).", cols,
-                 tuple(df.select([c.name for c in cols]).to_dicts()), SRC_ALLOC)
+                 tuple(df.select([c.name for c in cols]).to_dicts()), _SRC_ALLOC)
 
 
 def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utilization:

@@ -57,7 +57,7 @@ from gpuaudit.analysis.sensitivity import growth_table, tornado
 from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
 from gpuaudit.errors import GpuauditError
 
-ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
+_ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
 
 
 def analyze(
@@ -72,8 +72,8 @@ def analyze(
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
     SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups.
     `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot."""
-    if engine not in ENGINES:
-        raise GpuauditError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine not in _ENGINES:
+        raise GpuauditError(f"--engine must be one of {', '.join(_ENGINES)}, got {engine!r}")
     # bad options fail before the scan (minutes on a large dataset), not after it
     applied = apply(config or load_config(), overrides)
     if engine == "spark":

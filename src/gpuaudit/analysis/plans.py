@@ -63,7 +63,7 @@ def _scenario(sid: str, label: str, description: str, mean_cloud_gpus: float, ow
     )
 
 
-def cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
+def _cloud_of(cfg: Config, tl: costs.Timeline, series: np.ndarray, prices: costs.CloudPrices
               ) -> tuple[dict[str, float], float, float]:
     """(bill, reservation K, mean GPUs billed) for renting `series` (GPUs per bucket, billed whole instances
     with instance billing): the reservation is what is cheaper reserved (costs.best_reservation), the rest is
@@ -118,7 +118,7 @@ class Context:
         return _first(costs.owned_cost(self.cfg, self.tl, float(n), w, self.fl.existing, self.fl.age_years))
 
     def rent(self, series: np.ndarray) -> tuple[dict[str, float], float, float]:
-        return cloud_of(self.cfg, self.tl, series, self.prices)
+        return _cloud_of(self.cfg, self.tl, series, self.prices)
 
     @cached_property
     def floor(self) -> int:
@@ -162,7 +162,7 @@ def _stay_as_is(c: Context, _built: Mapping[str, Built]) -> Built:
     # The instances that ran, scaled to the fleet like the demand they carry: a GPU that did not report is
     # taken to run like those that did (so held demand never exceeds what is rented).
     running = fleet_series(m, fl, m.reporting, m.elastic_reporting)[0] * c.growth_factor
-    bill, k, mean_billed = cloud_of(cfg, tl, running, c.prices)
+    bill, k, mean_billed = _cloud_of(cfg, tl, running, c.prices)
     kept = f"; keep the {fl.existing} GPUs owned today as they are" if fl.existing else ""
     return Built(_scenario(
         "stay-as-is", "Stay as is (cloud)",

@@ -34,7 +34,7 @@ from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.catalog import ModelSpec, identify
 
 # The model figures a pool is priced at, and the fleet setting each stands in for.
-PRICED: tuple[tuple[str, str, str], ...] = (
+_PRICED: tuple[tuple[str, str, str], ...] = (
     ("instance_usd_per_hour", "cloud", "instance_usd_per_hour"),
     ("gpus_per_instance", "cloud", "gpus_per_instance"),
     ("hardware_usd_per_gpu", "on_prem", "hardware_usd_per_gpu"),
@@ -42,7 +42,7 @@ PRICED: tuple[tuple[str, str, str], ...] = (
     ("gpus_per_node", "on_prem", "gpus_per_node"),
 )
 # What a pool of several leaves to the fleet, counted once: (section, key).
-FLEET_FIXED: tuple[tuple[str, str], ...] = (
+_FLEET_FIXED: tuple[tuple[str, str], ...] = (
     ("on_prem", "staff_usd_per_month"), ("on_prem", "networking_usd"), ("cloud", "egress_gb_per_week"),
     ("cloud", "managed_services_usd_once"), ("cloud", "managed_services_usd_per_month"))
 _MIX_CANDIDATES = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
@@ -119,7 +119,7 @@ def _stated(cfg: Config, dotted: str) -> bool:
     return changed or cfg.sources.get(dotted, "default") != "default"
 
 
-def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+def _largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
     """`total` split in proportion to `weights`, in whole units that sum to it (largest remainders first)."""
     w = np.asarray(weights, dtype=float)
     if total <= 0 or not w.size or w.sum() <= 0:
@@ -152,7 +152,7 @@ class Pricing:
         cfg = cfg or self.base
         spec = self.base.models.get(self.specs[i].key)
         out = cfg
-        for figure, section, key in PRICED:
+        for figure, section, key in _PRICED:
             where = self.source[i][figure]
             if where not in ("models", "catalogue") or spec is None:
                 continue
@@ -164,7 +164,7 @@ class Pricing:
         if self.many:
             out = out.replace("analysis", fleet_gpus=self.fleet_gpus[i])
             out = out.replace("on_prem", owned_gpus=self.owned_gpus[i])
-            for section, key in FLEET_FIXED:
+            for section, key in _FLEET_FIXED:
                 out = out.replace(section, **{key: 0.0})
         return out
 
@@ -192,7 +192,7 @@ class Pricing:
         out = self.config(0)
         spec = self.base.models.get(self.specs[0].key)
         sources = dict(self.base.sources)
-        for figure, section, key in PRICED:
+        for figure, section, key in _PRICED:
             where = self.source[0][figure]
             if spec is None or where not in ("models", "catalogue"):
                 continue
@@ -210,7 +210,7 @@ def pricing(cfg: Config, specs: tuple[PoolSpec, ...]) -> Pricing:
     for s in specs:
         spec: ModelSpec | None = cfg.models.get(s.key)
         row: dict[str, str] = {}
-        for figure, section, key in PRICED:
+        for figure, section, key in _PRICED:
             value = getattr(spec, figure) if spec is not None else None
             if value is not None and f"models.{s.key}.{figure}" in cfg.sources:
                 row[figure] = "models"
@@ -223,10 +223,10 @@ def pricing(cfg: Config, specs: tuple[PoolSpec, ...]) -> Pricing:
         sources.append(row)
     seen = [float(s.gpus) for s in specs]
     stated_fleet = cfg.analysis.fleet_gpus
-    fleet_split = largest_remainder(stated_fleet, seen) if stated_fleet else [0] * len(specs)
+    fleet_split = _largest_remainder(stated_fleet, seen) if stated_fleet else [0] * len(specs)
     owned = cfg.on_prem.owned_gpus
     sizes = [f or int(g) for f, g in zip(fleet_split, seen, strict=True)]
-    owned_split = largest_remainder(owned, sizes) if owned >= 0 else [-1] * len(specs)
+    owned_split = _largest_remainder(owned, sizes) if owned >= 0 else [-1] * len(specs)
     return Pricing(cfg, specs, tuple(sources), tuple(fleet_split), tuple(owned_split))
 
 
@@ -234,7 +234,7 @@ def overridden_fleet_prices(p: Pricing) -> list[str]:
     """The fleet settings a config stated that a fleet of several models prices per model instead."""
     if not p.many:
         return []
-    return [f"{section}.{key}" for figure, section, key in PRICED if _stated(p.base, f"{section}.{key}")
+    return [f"{section}.{key}" for figure, section, key in _PRICED if _stated(p.base, f"{section}.{key}")
             and any(src[figure] in ("catalogue", "models") for src in p.source)]
 
 

@@ -29,7 +29,7 @@ from gpuaudit.errors import NoDataError
 
 H = float(HOUR_S)
 SRC_SAMPLES = "gpu_samples via sql/analysis_streams.sql (de-duplicated) and sql/analysis_rollup.sql"
-SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
+_SRC_HOLDERS = "gpu_processes via sql/analysis_holders.sql, joined to the GPU-hour rollup"
 
 # Shared column definitions of the W/R/S tables.
 _WRS = (
@@ -179,7 +179,7 @@ def _ts(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
 
-def add_months(day: dt.date, months: int) -> dt.date:
+def _add_months(day: dt.date, months: int) -> dt.date:
     y, m = divmod(day.month - 1 + months, 12)
     year, month = day.year + y, m + 1
     for d in (day.day, 30, 29, 28):
@@ -215,7 +215,7 @@ def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     return Trial(
         start=start, end=end, days=days, observed_days=int(observed_days),
         provisional=days < cfg.decision.provisional_below_days,
-        reevaluate_on=add_months(end.date(), cfg.decision.reevaluate_after_months),
+        reevaluate_on=_add_months(end.date(), cfg.decision.reevaluate_after_months),
         gpus=int(g["gpu_uuid"].n_unique()), gpu_equivalents=t.gpu_equivalents, hosts=int(g["host"].n_unique()),
         sources=tuple(sources), samples=int(g["samples"].sum()),
     )
@@ -356,7 +356,7 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
         TableColumn(HolderColumns.FIRST_HOUR, "UTC", "first hour seen"),
         TableColumn(HolderColumns.LAST_HOUR, "UTC", "end of the last hour seen"),
     )
-    return table(name, description, agg, cols, SRC_HOLDERS)
+    return table(name, description, agg, cols, _SRC_HOLDERS)
 
 
 def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) -> Breakdowns:
@@ -479,7 +479,7 @@ def _demand_table(hourly: pl.DataFrame, bucket_s: float) -> Table:
 
 def _demand_duration(hourly: pl.DataFrame) -> Table:
     held = [float(v or 0) for v in hourly[DemandColumns.GPUS_HELD].to_list()] if hourly.height else []
-    xs, ys = duration_curve(sorted(held, reverse=True))
+    xs, ys = _duration_curve(sorted(held, reverse=True))
     return Table(
         "demand_duration", "Share of hours in which the fleet held at least this many GPUs (hourly means).",
         (TableColumn(DemandDurationColumns.GPUS_HELD, "GPUs", "a level of hourly mean GPUs held"),
@@ -490,7 +490,7 @@ def _demand_duration(hourly: pl.DataFrame) -> Table:
     )
 
 
-def duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
+def _duration_curve(desc: list[float]) -> tuple[list[float], list[float]]:
     """For demand sorted high→low: x = GPUs, y = share of time demand ≥ x (a step per distinct level)."""
     n = len(desc)
     xs: list[float] = [0.0]

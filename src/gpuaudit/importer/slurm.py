@@ -20,7 +20,7 @@ Facts of the format this relies on (Slurm's sacct man page and src/sacct/print.c
   How a multi-node job's GPUs were spread over its nodes comes from its steps (src/stepmgr/stepmgr.c,
   step_set_alloc_tres): the extern step repeats the whole job's; the batch and interactive steps hold the job's
   GRES on its first node (`gres_stepmgr_gres_on_node_as_tres(job's GRES, node 0)`), exactly; any other step
-  its own, so a step on one node is at least what that node was allocated. Per node (`per_host`): the first
+  its own, so a step on one node is at least what that node was allocated. Per node (`_per_host`): the first
   node's GPUs from a batch or interactive step, each other node at least its one-node steps', the rest split
   evenly over the nodes no step accounts for. Where the steps say nothing (no such step, or figures that do not
   add up), the dataset's telemetry may: the import reads its processes (`gpu_processes`, through the store's
@@ -58,9 +58,9 @@ from gpuaudit.importer import hostlist
 SOURCE = schema.ALLOC_SOURCE_SLURM
 # The fields asked of sacct (and required in a file's header); names are case-insensitive in the header.
 FIELDS = ("JobID", "JobIDRaw", "User", "Account", "Partition", "State", "Start", "End", "NodeList", "AllocTRES")
-REQUIRED = ("JobID", "State", "Start", "End", "NodeList", "AllocTRES")
+_REQUIRED = ("JobID", "State", "Start", "End", "NodeList", "AllocTRES")
 # When gpuaudit runs sacct itself it asks for times with their offset: no --tz guesswork.
-TIME_FORMAT_ENV = "%Y-%m-%dT%H:%M:%S%z"
+_TIME_FORMAT_ENV = "%Y-%m-%dT%H:%M:%S%z"
 _MIG = re.compile(r"(?:^|_)(\d)g\.(\d+)gb(?:$|[_+])", re.IGNORECASE)
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:?\d{2})?")
 _NOT_STARTED = {"unknown", "none", ""}
@@ -75,13 +75,13 @@ class SlurmImport:
     skipped: Counter[str] = field(default_factory=Counter)  # why job rows were left out
     examples: dict[str, str] = field(default_factory=dict)  # a job id per reason, for the message
     even_split: int = 0  # multi-node jobs whose steps do not say how their GPUs were spread (split evenly)
-    unsaid: list[Unsaid] = field(default_factory=list)  # those jobs, for the telemetry to say (split_by_held)
+    unsaid: list[Unsaid] = field(default_factory=list)  # those jobs, for the telemetry to say (_split_by_held)
 
     def warnings(self) -> list[str]:
         if not self.even_split:
             return []
         n = self.even_split
-        return [f"{n} multi-node job{'s' if n > 1 else ''} (e.g. {self.examples[EVEN_SPLIT]}): GPUs split evenly "
+        return [f"{n} multi-node job{'s' if n > 1 else ''} (e.g. {self.examples[_EVEN_SPLIT]}): GPUs split evenly "
                 "over the nodes where neither their steps nor the dataset's processes say how they were spread "
                 "(import sacct --json, or the text with its step rows, or import after the telemetry)"]
 
@@ -191,7 +191,7 @@ def parse_sacct(text: str, *, tz: tzinfo | None = None, now: datetime | None = N
     GPUs, pending jobs and jobs that end before they start are left out and counted."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     if text.lstrip().startswith("{"):
-        return _parse_records(json_records(text), tz, now)
+        return _parse_records(_json_records(text), tz, now)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise GpuauditError("the sacct output is empty (no header line)")
@@ -200,7 +200,7 @@ def parse_sacct(text: str, *, tz: tzinfo | None = None, now: datetime | None = N
     if trailing:
         header = header[:-1]
     index = {h.lower(): i for i, h in enumerate(header)}
-    missing = [f for f in REQUIRED if f.lower() not in index]
+    missing = [f for f in _REQUIRED if f.lower() not in index]
     if missing:
         raise GpuauditError(f"the sacct output's first line is not a header with {', '.join(missing)}: run sacct "
                             f"--parsable2 --format={','.join(FIELDS)} (without --noheader)")
@@ -263,10 +263,10 @@ def _job_row(row: dict[str, str], where: str, tz: tzinfo | None, now: datetime, 
     hosts = hostlist.expand(row["nodelist"])
     raw = row.get("jobidraw") or None
     out.jobs += 1
-    shares, said = per_host(hosts, gpus.gpus, steps)
+    shares, said = _per_host(hosts, gpus.gpus, steps)
     if not said:
         out.even_split += 1
-        out.examples.setdefault(EVEN_SPLIT, job)
+        out.examples.setdefault(_EVEN_SPLIT, job)
         if gpus.mig_profile is None:
             ids = tuple(dict.fromkeys(i for i in (job, raw) if i))
             out.unsaid.append(Unsaid(job, ids, list(range(len(out.rows), len(out.rows) + len(hosts))), hosts, start,
@@ -282,10 +282,10 @@ def _job_row(row: dict[str, str], where: str, tz: tzinfo | None, now: datetime, 
 
 
 _EPS = 1e-9
-EVEN_SPLIT = "split evenly"  # the examples' key of a multi-node job whose steps do not say how
+_EVEN_SPLIT = "split evenly"  # the examples' key of a multi-node job whose steps do not say how
 
 
-def per_host(hosts: list[str], total: float, steps: list[dict[str, str]],
+def _per_host(hosts: list[str], total: float, steps: list[dict[str, str]],
              held: dict[str, int] | None = None) -> tuple[dict[str, float], bool]:
     """(GPUs per host, whether the steps, or `held`, said how) for a job of `total` GPU equivalents on `hosts`
     (see the module doc). `held`: per host, the GPUs the job's processes held there. A one-node job: all of
@@ -324,7 +324,7 @@ def per_host(hosts: list[str], total: float, steps: list[dict[str, str]],
     return shares, len(free) <= 1
 
 
-def split_by_held(out: SlurmImport, held: dict[str, dict[str, dict[str, tuple[datetime, datetime]]]]) -> None:
+def _split_by_held(out: SlurmImport, held: dict[str, dict[str, dict[str, tuple[datetime, datetime]]]]) -> None:
     """Re-split the evenly split jobs of `out` where the telemetry says how: `held` is per job id, per host, per
     GPU the first and last time a process of that job id held it."""
     still = []
@@ -334,7 +334,7 @@ def split_by_held(out: SlurmImport, held: dict[str, dict[str, dict[str, tuple[da
             for host, gpus in held.get(i, {}).items():
                 n = sum(1 for t0, t1 in gpus.values() if t0 <= u.end and t1 >= u.start)
                 seen[host] = max(seen.get(host, 0), n)
-        shares, said = per_host(u.hosts, u.total, u.steps, seen) if seen else ({}, False)
+        shares, said = _per_host(u.hosts, u.total, u.steps, seen) if seen else ({}, False)
         if not said:
             still.append(u)
             continue
@@ -342,9 +342,9 @@ def split_by_held(out: SlurmImport, held: dict[str, dict[str, dict[str, tuple[da
             out.rows[k]["gpus"] = shares[out.rows[k]["host"]]
         out.even_split -= 1
     out.unsaid = still
-    out.examples.pop(EVEN_SPLIT, None)
+    out.examples.pop(_EVEN_SPLIT, None)
     if out.even_split:
-        out.examples[EVEN_SPLIT] = still[0].job if still else "?"
+        out.examples[_EVEN_SPLIT] = still[0].job if still else "?"
 
 
 def held_gpus(root: Any, unsaid: list[Unsaid]) -> dict[str, dict[str, dict[str, tuple[datetime, datetime]]]]:
@@ -366,7 +366,7 @@ def held_gpus(root: Any, unsaid: list[Unsaid]) -> dict[str, dict[str, dict[str, 
     return out
 
 
-def json_records(text: str) -> list[tuple[str, dict[str, str]]]:
+def _json_records(text: str) -> list[tuple[str, dict[str, str]]]:
     """`sacct --json` output as job and step records in the text's fields (see the module doc)."""
     try:
         doc = json.loads(text)
@@ -469,7 +469,7 @@ def _tres(v: Any, where: str) -> str:
     return ",".join(parts)
 
 
-def sacct_command(start: datetime, end: datetime) -> list[str]:
+def _sacct_command(start: datetime, end: datetime) -> list[str]:
     """The sacct invocation gpuaudit runs: every user's jobs that ran in [start, end], job and step rows."""
     fmt = lambda t: t.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # noqa: E731 - sacct reads local time
     return ["sacct", "--allusers", "--parsable2", "--noconvert", f"--format={','.join(FIELDS)}",
@@ -482,8 +482,8 @@ def run_sacct(start: datetime, end: datetime, *, timeout_s: float = 300) -> str:
     if exe is None:
         raise GpuauditError("sacct is not on PATH: run this on a Slurm login node, or pass --sacct-file FILE "
                             f"(made with: sacct --allusers --parsable2 --format={','.join(FIELDS)} -S ... -E ...)")
-    cmd = [exe, *sacct_command(start, end)[1:]]
-    env = {**os.environ, "SLURM_TIME_FORMAT": TIME_FORMAT_ENV}
+    cmd = [exe, *_sacct_command(start, end)[1:]]
+    env = {**os.environ, "SLURM_TIME_FORMAT": _TIME_FORMAT_ENV}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
     except subprocess.TimeoutExpired:
@@ -503,7 +503,7 @@ def import_sacct(root: Any, text: str, *, tz: tzinfo | None = None, now: datetim
 
     parsed = parse_sacct(text, tz=tz, now=now)
     if parsed.unsaid:
-        split_by_held(parsed, held_gpus(root, parsed.unsaid))
-    examples = {k: v for k, v in parsed.examples.items() if k != EVEN_SPLIT}
+        _split_by_held(parsed, held_gpus(root, parsed.unsaid))
+    examples = {k: v for k, v in parsed.examples.items() if k != _EVEN_SPLIT}
     return store_rows(root, parsed.rows, SOURCE, parsed.jobs, parsed.skipped, examples,
                       warnings=parsed.warnings())

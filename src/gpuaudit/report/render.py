@@ -127,11 +127,11 @@ def render_html(report: Report, drawn: dict[str, DrawnChart] | None = None) -> s
     return _html_env().get_template(_HTML_TEMPLATE).render(report=report, svgs=svgs, narrow=narrow)
 
 
-def chart_files(report: Report) -> dict[str, str]:
+def _chart_files(report: Report) -> dict[str, str]:
     """Relative path of each chart's SVG file next to the Markdown report."""
     return {c.name: f"{CHART_DIR}/{c.name}.svg" for c in report.charts()}
 
 
 def render_markdown(report: Report) -> str:
-    text = _md_env().get_template(_MD_TEMPLATE).render(report=report, chart_files=chart_files(report))
+    text = _md_env().get_template(_MD_TEMPLATE).render(report=report, chart_files=_chart_files(report))
     return re.sub(r"\n{3,}", "\n\n", text)

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 SIDECAR = "simulation.json"
 MAX_GPUS = 65536
-MAX_DAYS = 3660
-MAX_GPU_DAYS = 200_000
-MIN_INTERVAL_S = 1.0
+_MAX_DAYS = 3660
+_MAX_GPU_DAYS = 200_000
+_MIN_INTERVAL_S = 1.0
 MAX_INTERVAL_S = 3600.0
 CHUNK_ROWS = 2_000_000  # rows evaluated at once: bounds memory (~0.5 GB per chunk with temporaries)
 
@@ -87,14 +87,14 @@ def validate(scenario: str, gpus: int | None, days: float, interval_s: float) ->
     n = sc.default_gpus if gpus is None else gpus
     if not 1 <= n <= MAX_GPUS:
         raise GpuauditError(f"--gpus must be between 1 and {MAX_GPUS} (got {n})")
-    if not (isinstance(days, int | float) and math.isfinite(days)) or not 0 < days <= MAX_DAYS:
-        raise GpuauditError(f"--days must be > 0 and at most {MAX_DAYS} (got {days})")
-    if not math.isfinite(interval_s) or not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+    if not (isinstance(days, int | float) and math.isfinite(days)) or not 0 < days <= _MAX_DAYS:
+        raise GpuauditError(f"--days must be > 0 and at most {_MAX_DAYS} (got {days})")
+    if not math.isfinite(interval_s) or not _MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
         raise GpuauditError(
-            f"--interval must be between {MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds (got {interval_s:g})")
-    if n * days > MAX_GPU_DAYS:  # the job schedule is held in memory: ~2.5 kB per GPU-day at worst
+            f"--interval must be between {_MIN_INTERVAL_S:g} and {MAX_INTERVAL_S:g} seconds (got {interval_s:g})")
+    if n * days > _MAX_GPU_DAYS:  # the job schedule is held in memory: ~2.5 kB per GPU-day at worst
         raise GpuauditError(f"--gpus x --days is {n * days:,.0f} GPU-days; the simulator handles up to "
-                            f"{MAX_GPU_DAYS:,} (e.g. 2,048 GPUs for 90 days)")
+                            f"{_MAX_GPU_DAYS:,} (e.g. 2,048 GPUs for 90 days)")
     if interval_s > days * 86400:
         raise GpuauditError(f"--interval {interval_s:g} s is longer than --days {days:g}")
     return sc, n
@@ -168,7 +168,7 @@ def _strings(pool: list[str], idx: np.ndarray) -> pl.Series:
     return s.gather(np.where(idx < 0, len(pool), idx))
 
 
-def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, np.ndarray],
+def _sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, np.ndarray],
                  interval_s: float) -> pl.DataFrame:
     """The gpu_samples rows for evaluated values `v` (quantized integers -> contract units)."""
     import numpy as np
@@ -205,7 +205,7 @@ def sample_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, 
     })
 
 
-def process_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, np.ndarray]) -> pl.DataFrame:
+def _process_frame(model: LoadModel, gpu: np.ndarray, t: np.ndarray, v: dict[str, np.ndarray]) -> pl.DataFrame:
     """One gpu_processes row per process per held GPU-interval."""
     import numpy as np
     import polars as pl
@@ -273,7 +273,7 @@ def _workers(requested: int | None, total_rows: int, n_chunks: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8, n_chunks))
 
 
-EVAL_ROWS = 1 << 17  # rows evaluated per call: the temporaries then stay in cache and are reused
+_EVAL_ROWS = 1 << 17  # rows evaluated per call: the temporaries then stay in cache and are reused
 
 
 def _evaluate(model: LoadModel, gpu: np.ndarray, t: np.ndarray) -> dict[str, np.ndarray]:
@@ -282,9 +282,9 @@ def _evaluate(model: LoadModel, gpu: np.ndarray, t: np.ndarray) -> dict[str, np.
     temporaries each come fresh from the kernel (page faults, zeroing), and ~80 MB less peak RSS."""
     import numpy as np
 
-    if len(gpu) <= EVAL_ROWS:
+    if len(gpu) <= _EVAL_ROWS:
         return model.evaluate(gpu, t)
-    parts = [model.evaluate(gpu[i : i + EVAL_ROWS], t[i : i + EVAL_ROWS]) for i in range(0, len(gpu), EVAL_ROWS)]
+    parts = [model.evaluate(gpu[i : i + _EVAL_ROWS], t[i : i + _EVAL_ROWS]) for i in range(0, len(gpu), _EVAL_ROWS)]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -306,9 +306,9 @@ def _write_chunk(job: tuple[_ModelSpec, str, float, tuple[int, int, int, int]]
     gpu = np.repeat(np.array(gpus, dtype=np.int64), len(steps))
     t = np.tile(steps, g_hi - g_lo)
     v = _evaluate(model, gpu, t)
-    samples = sample_frame(model, gpu, t, v, interval_s)
+    samples = _sample_frame(model, gpu, t, v, interval_s)
     files = len(store.write_table(root, schema.SAMPLES, samples, prefix="sim", presorted=True))
-    procs = process_frame(model, gpu, t, v)
+    procs = _process_frame(model, gpu, t, v)
     if procs.height:
         files += len(store.write_table(root, schema.PROCESSES, procs, prefix="sim", presorted=True))
     board = model.gpu_model[gpu]

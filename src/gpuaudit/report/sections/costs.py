@@ -113,8 +113,8 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     )
     tables: tuple[ReportTable, ...] = (table, plans, comp, cash)
     if len(r.pools) > 1:
-        tables = (pool_table(r), *tables)
-    sized = right_size_table(r)
+        tables = (_pool_table(r), *tables)
+    sized = _right_size_table(r)
     if sized is not None:
         tables = (*tables, sized)
     ids = [s.id for s in base]
@@ -183,7 +183,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
 _POOL_PLANS = ("stay-as-is", "all-cloud", "all-on-prem", "hybrid")
 
 
-def pool_table(r: AnalysisResult) -> ReportTable:
+def _pool_table(r: AnalysisResult) -> ReportTable:
     """Per GPU model, each at its own prices: what it holds and uses, its tree branch, what the recommended plan
     does with it, and its cost under each plan (the fleet-level fixed costs are the fleet's, counted once)."""
     months = r.costs.horizon_months
@@ -207,7 +207,7 @@ def pool_table(r: AnalysisResult) -> ReportTable:
     )
 
 
-def right_size_table(r: AnalysisResult) -> ReportTable | None:
+def _right_size_table(r: AnalysisResult) -> ReportTable | None:
     """The right-size what-if: per pool and cheaper model, the held GPU-hours that fit it and their cost today vs
     on it, with the assumption in the caption (None: nothing fits a cheaper model)."""
     rows = []
