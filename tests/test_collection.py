@@ -129,7 +129,7 @@ def test_push_cli_to_a_directory_and_bad_targets(node: Node, tmp_path: Path) -> 
     node.flush(0)
     r = run_cli("push", "--data", str(node.root), "--to", str(tmp_path / "central"))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("pushed 4 file(s)")
+    assert r.stdout.startswith("pushed 4 files")
     for to, message in ((str(node.root), "into itself"), (str(tmp_path / "no" / "such"), "parent directory"),
                         ("gs://bucket/x", "unsupported URL")):
         r = run_cli("push", "--data", str(node.root), "--to", to)
@@ -146,7 +146,7 @@ def test_s3_push_then_every_reading_command_matches_the_local_data(node: Node, s
         node.flush(k)
     r = run_cli("push", "--data", str(node.root), "--to", url, env=s3.env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("pushed 16 file(s)")
+    assert r.stdout.startswith("pushed 16 files")
     assert_same_rows(url, node.root)
     assert analyze_json(url, s3.env) == analyze_json(node.root)
     q = "SELECT host, count(*) AS n, sum(energy_j) AS e FROM samples GROUP BY host"
@@ -249,7 +249,7 @@ def test_s3_unreachable_endpoint_is_one_line_and_deletes_nothing(node: Node, s3:
     assert r.stderr.strip().splitlines()[-1].startswith("gpuaudit: error: push to")
     assert len(node.files()) == 4
     r = run_cli("push", "--data", str(node.root), "--to", url, env=s3.env)
-    assert r.returncode == 0 and r.stdout.startswith("pushed 4 file(s)"), r.stderr
+    assert r.returncode == 0 and r.stdout.startswith("pushed 4 files"), r.stderr
 
 
 def test_reading_a_missing_s3_dataset_is_one_line(s3: S3Server, tmp_path: Path) -> None:

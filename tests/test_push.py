@@ -64,7 +64,7 @@ def test_cli_repro_wiped_directory_target(node: Node, tmp_path: Path) -> None:
     shutil.rmtree(central)
     r = run_cli("push", "--data", str(node.root), "--to", str(central), "--delete-after-upload")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("pushed 4 file(s)") and "4 re-sent" in r.stdout, r.stdout
+    assert r.stdout.startswith("pushed 4 files") and "4 re-sent" in r.stdout, r.stdout
     assert len(target_files(central)) == 4 and node.files() == []
 
 
@@ -341,7 +341,7 @@ def test_state_written_by_a_root_push_belongs_to_the_datas_owner(owned_node: Nod
         os.chown(p, NOBODY, NOBODY)
     code, out = _push_as_nobody(owned_node, central)  # then the agent's uploader, as the agent's user
     assert code == 0, out
-    assert out.startswith("pushed 4 file(s)")
+    assert out.startswith("pushed 4 files")
 
 
 def test_state_another_user_owns_is_one_line_that_says_what_to_do(owned_node: Node) -> None:

@@ -161,3 +161,16 @@ def test_the_verdict_shows_staff_on_its_own_line(outputs: dict[str, str]) -> Non
     assert "$15,000/month" in staff[0] and "on_prem.staff_usd_per_month" in staff[0]
     assert re.search(r"\d+ % of staying as is", staff[0]), staff[0]
     assert "What decides this" in outputs["html"]
+
+
+def test_the_staff_line_prices_staying_when_staying_is_recommended() -> None:
+    """rv2: when the recommended plan was staying as is, the staff line skipped both plans and read "paid while
+    anything is owned, over 36 months: ; ±30 % on it ...": no dollar figure at all."""
+    r = analyze_rollups(
+        rollups(_busy_fleet(0.9)),
+        load_config().replace("analysis", bootstrap_resamples=0).replace("cloud", instance_usd_per_hour=600.0),
+    )
+    assert (r.decision.recommended_scenario or r.costs.cheapest) == "stay-as-is"
+    line = next(x for x in build_report(r, version="t").verdict.decides if x.startswith("Staff:"))
+    assert "months: ;" not in line and "% of staying as is ($" in line, line
+    assert line.count("of staying as is") == 1, line

@@ -119,7 +119,7 @@ def _upper_bound_warning(t: Totals, upper: bool) -> list[str]:
 
 
 def _stopped_warning(stopped: tuple[str, ...]) -> list[str]:
-    return [f"{len(stopped)} GPU(s) stopped reporting before the end of the trial"] if stopped else []
+    return [f"{fmt.count(len(stopped), 'GPU')} stopped reporting before the end of the trial"] if stopped else []
 
 
 def _energy_warning(t: Totals) -> list[str]:

@@ -18,7 +18,7 @@ from gpuaudit.errors import GpuauditError
 from gpuaudit.push.manifest import Manifest, PushBusy, locked, owner_of, state_dir, state_error
 from gpuaudit.push.targets import DirTarget, Target, make_target
 from gpuaudit.store import readers, remote
-from gpuaudit.util import jsonio
+from gpuaudit.util import fmt, jsonio
 
 log = logging.getLogger("gpuaudit.push")
 
@@ -40,14 +40,14 @@ class PushStats:
     deleted_local: int = 0   # local files removed after confirmation (delete_after_upload)
 
     def summary(self, url: str) -> str:
-        parts = [f"pushed {self.sent} file(s), {self.sent_bytes:,} bytes, to {url}",
+        parts = [f"pushed {fmt.count(self.sent, 'file')}, {self.sent_bytes:,} bytes, to {url}",
                  f"{self.confirmed + self.found} already there"]
         if self.resent:
             parts.append(f"{self.resent} re-sent: the target no longer held them")
         if self.pruned:
-            parts.append(f"{self.pruned} superseded remote file(s) removed")
+            parts.append(f"{fmt.count(self.pruned, 'superseded remote file')} removed")
         if self.deleted_local:
-            parts.append(f"{self.deleted_local} local file(s) deleted after upload")
+            parts.append(f"{fmt.count(self.deleted_local, 'local file')} deleted after upload")
         return "; ".join(parts)
 
 
@@ -72,8 +72,9 @@ class _Run:
             except Exception as e:
                 if i == self.retries:
                     raise GpuauditError(
-                        f"push to {self.target.url} stopped at {what} after {self.retries + 1} attempt(s): "
-                        f"{remote.describe_error(e)} ({self.stats.sent} file(s) sent; run it again to resume)"
+                        f"push to {self.target.url} stopped at {what} after "
+                        f"{fmt.count(self.retries + 1, 'attempt')}: {remote.describe_error(e)} "
+                        f"({fmt.count(self.stats.sent, 'file')} sent; run it again to resume)"
                     ) from e
                 delay = min(BACKOFF_MIN_S * 2 ** i, BACKOFF_MAX_S)
                 log.warning("push: %s failed (%s), retrying in %g s", what, remote.describe_error(e), delay)

@@ -52,8 +52,8 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
             "Check: critical fractile (fixed costs left out)",
             f"{h.critical_fractile_n:,}",
             f"largest N with demand ≥ N at least c_own/c_cloud of the time (fixed costs left out; "
-            f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} {h.tolerance} GPU(s) of "
-            "the best N ≥ 1",
+            f"U = {h.cost_ratio_u.value:,.2f}); {'within' if h.agrees else 'more than'} "
+            f"{fmt.count(h.tolerance, 'GPU')} of the best N ≥ 1",
         ),
         KeyFigure(
             "Check: owning pays only above",

@@ -220,8 +220,10 @@ def _staff_line(r: AnalysisResult, frac: str, flips: bool) -> str:
         + f", paid while anything is owned, over {r.costs.horizon_months} months:"
     )
     shares = []
-    for plan, name in ((stay, "staying as is"), (rec, rec.label.lower() if rec else "")):
-        if plan is None or not plan.total.value or (plan is rec and rec is stay):
+    # the recommended plan once: when it is staying as is, the first line already says it
+    plans = ((stay, "staying as is"),) + (((rec, rec.label.lower()),) if rec is not None and rec is not stay else ())
+    for plan, name in plans:
+        if plan is None or not plan.total.value:
             continue
         usd = plan.components.get("staff", 0.0)
         shares.append(
