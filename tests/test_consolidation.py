@@ -61,7 +61,7 @@ def test_the_work_fits_on_far_fewer_gpus() -> None:
     assert by_id["stay-as-is"].total.value == pytest.approx(_own(cfg, 16, 16, 300.0), rel=1e-9)
     # how: the idle allocations, naming their holder, and sharing GPUs
     assert c.top_idle_holders[0].startswith("bob (")
-    assert any("end idle allocations" in h and "bob" in h for h in c.how)
+    assert any("release idle holds" in h and "bob" in h for h in c.how)
     assert any("MIG" in h for h in c.how)
     # never mixed into "cheapest": the cheapest is a measured plan, not a change of behaviour
     assert not by_id[r.costs.cheapest].what_if and r.decision.recommended_scenario == r.costs.cheapest

@@ -58,7 +58,7 @@ def consolidate(recommended: CostScenario, scenarios: Sequence[CostScenario], in
     top = tuple(f"{r['user']} ({float(r['idle_held_gpu_hours']):,.0f} GPU-h)" for r in holders)
     how = []
     if idle_held_gpu_hours > 0:
-        how.append(f"end idle allocations: {idle_held_gpu_hours:,.0f} GPU-hours were held with the SMs idle"
+        how.append(f"release idle holds: {idle_held_gpu_hours:,.0f} GPU-hours were held with the SMs idle"
                    + (f"; most by {', '.join(top)}" if top else ""))
     if efficiency_while_held is not None and efficiency_while_held < 0.5:
         how.append(f"share GPUs (MIG slices or time-slicing): a held GPU does {efficiency_while_held:.0%} of its "

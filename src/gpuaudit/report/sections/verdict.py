@@ -95,8 +95,9 @@ def _lever_figure(r: AnalysisResult) -> KeyFigure | None:
     return KeyFigure(
         "Biggest lever: consolidation (not in “cheapest”)",
         f"packed, the recommended plan {_lever_change(c)}: {fmt.money(c.saving_usd)} less",
-        f"the work packed at {c.target_utilization:.0%} SM activity fits on {c.fits_on_gpus:,} GPUs (ceil(peak "
-        f"SM-weighted demand {c.peak_in_use_gpus:,.1f} GPUs ÷ {c.target_utilization:.0%} target)); the recommended "
+        f"the work packed at {c.target_utilization:.0%} SM activity fits on {c.fits_on_gpus:,} GPUs (the peak "
+        f"over buckets of SM-weighted demand ÷ {c.target_utilization:.0%} target, at most the GPUs held in the "
+        f"bucket, rounded up; SM-weighted demand peaks at {c.peak_in_use_gpus:,.1f} GPUs); the recommended "
         f"plan on the packed work: {c.plan}, {fmt.money(c.plan_usd)} against {fmt.money(c.recommended_usd)}. "
         f"How: {how}",
     )
