@@ -205,7 +205,7 @@ def test_s3_push_resumes_after_a_failure_and_never_resends_confirmed_files(
     total = len(node.files())
     s3.puts.clear()
     delays: list[float] = []
-    with pytest.raises(GpuauditError, match=r"after 3 attempt\(s\).*3 file\(s\) sent; run it again to resume"):
+    with pytest.raises(GpuauditError, match=r"after 3 attempts.*3 files sent; run it again to resume"):
         push.push(node.root, url, retries=2, sleep=delays.append)
     assert delays == [1.0, 2.0]  # bounded retries with exponential backoff
     first = list(s3.puts)
