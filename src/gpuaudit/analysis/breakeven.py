@@ -35,15 +35,6 @@ def own_reference(fl: Fleet) -> str:
         return "buy-the-fleet"
     return "keep-the-owned-fleet" if fl.existing >= fl.gpus else "keep-owned-and-buy-the-rest"
 
-def measured_billed(m: Measured, fl: Fleet, held: np.ndarray) -> float:
-    """The billed-hour utilization of `held`, the fleet-scaled billed demand as the plans are priced (× growth):
-    its coverage-weighted mean ÷ fleet GPUs (fleet.fleet_mean). Without elastic GPUs that is billed GPU-hours ÷ W,
-    the basis of believed (A / W) and held-hour (R / W), so never below either (billed is their maximum per
-    GPU-hour). The plain mean of the scaled buckets was not: a trial's partial first and last buckets, scaled up
-    to the fleet, weighed as much as full ones (issue 26.3)."""
-    return fleet_mean(m, fl, held)
-
-
 def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np.ndarray,
                power: costs.PowerModel, all_cloud: dict[str, float]) -> BreakEvenCalc:
     """The billed-hour utilization u* at which renting k × today's billed demand (its bill scaled by k) costs the
@@ -58,7 +49,8 @@ def break_even(cfg: Config, tl: costs.Timeline, m: Measured, fl: Fleet, held: np
     own_ref = float(costs.owned_total(costs.owned_cost(cfg, tl, float(n_ref), watts, fl.existing,
                                                        fl.age_years))[0])
     own_zero = float(costs.owned_total(costs.owned_cost(cfg, tl, 0.0, watts, fl.existing, fl.age_years))[0])
-    measured = measured_billed(m, fl, held)
+    # billed GPU-hours ÷ W without elastic GPUs: never below believed or held-hour (fleet.fleet_mean)
+    measured = fleet_mean(m, fl, held)
     all_cloud_usd = _total(all_cloud)
     # data residency forbids renting: owning is the only answer, whatever u* says
     verdict = ("cloud" if all_cloud_usd < own_ref and not (m.data_residency or m.latency_share > 0)

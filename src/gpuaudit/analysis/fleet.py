@@ -153,7 +153,9 @@ def _coverage_weights(m: Measured, fl: Fleet) -> np.ndarray:
 
 def fleet_mean(m: Measured, fl: Fleet, scaled: np.ndarray) -> float:
     """The coverage-weighted mean of a fleet-scaled series ÷ the fleet's GPUs: without elastic GPUs exactly
-    Σ series ÷ Σ GPUs reporting (billed ÷ W for the billed demand), on the fleet's capacity with them."""
+    Σ series ÷ Σ GPUs reporting (billed ÷ W for the billed demand: the billed-hour utilization, never below believed
+    A / W or held-hour R / W), on the fleet's capacity with them. The plain mean of the scaled buckets was not: a
+    trial's partial first and last buckets, scaled up to the fleet, weighed as much as full ones (issue 26.3)."""
     wt = _coverage_weights(m, fl)
     if not scaled.size or wt.shape != scaled.shape or wt.sum() <= 0 or fl.capacity <= 0:
         return 0.0

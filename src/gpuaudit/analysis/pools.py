@@ -23,12 +23,12 @@ import numpy as np
 import polars as pl
 
 from gpuaudit.analysis import costs
-from gpuaudit.analysis.breakeven import BreakEvenCalc, measured_billed, own_reference
+from gpuaudit.analysis.breakeven import BreakEvenCalc, own_reference
 from gpuaudit.analysis.cloudmix import combined
 from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.economics import CostScenario
 from gpuaudit.analysis.figure import Figure
-from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_series
+from gpuaudit.analysis.fleet import Fleet, Measured, fleet, fleet_mean, fleet_series
 from gpuaudit.analysis.scenarios import CostBlock, CostDraws, Plan, cost_block, cost_draws, with_cash
 from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.catalog import ModelSpec, identify
@@ -382,7 +382,7 @@ def _break_even(cfg: Config, tl: costs.Timeline, blocks: Sequence[CostBlock], m:
     variable = sum(b.rent_variable_usd for b in bes)
     cloud = sum(b.cloud_usd for b in bes) + fixed_rented
     ref = own_reference(fl)
-    measured = measured_billed(m, fl, held)
+    measured = fleet_mean(m, fl, held)
     verdict = "cloud" if cloud < own and not (m.data_residency or m.latency_share > 0) else "on-prem"
     if measured <= 0 or variable <= 1e-9:
         return BreakEvenCalc(None, measured, ref, own, cloud, verdict, fixed, variable)
