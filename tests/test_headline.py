@@ -83,7 +83,8 @@ def test_phantom_gap_is_believed_minus_real_in_points(tmp_path: Path) -> None:
     u = r.utilization
     assert r.ledger is not None and r.ledger.basis == "allocations"
     assert u.believed_utilization is not None and u.billed_utilization is not None
-    assert u.believed_utilization.value == pytest.approx(u.allocated_utilization.value)  # type: ignore[union-attr]
+    assert u.believed_utilization.value == pytest.approx(  # allocations imported: believed is A/W
+        (r.ledger.allocated_gpu_hours.value or 0.0) / (u.observed_gpu_hours.value or 1.0))
     assert u.phantom_gap.value == pytest.approx(u.believed_utilization.value - u.real_utilization.value)
     assert u.billed_utilization.value >= u.believed_utilization.value - 1e-12
     assert r.break_even.measured_billed == pytest.approx(u.billed_utilization.value)
@@ -166,3 +167,88 @@ def test_billed_hour_utilization_is_never_below_believed_or_held_hour(tmp_path: 
     assert billed >= u.believed_utilization.value - 1e-12
     assert billed >= (u.runtime_utilization.value or 0.0) - 1e-12
     assert billed <= 1.0 + 1e-12
+
+
+def test_phantom_gap_shown_is_the_difference_of_the_two_tiles_shown(tmp_path: Path) -> None:
+    """Review of issue 26.2: the gap tile showed 43.9 pp beside believed 68.6 % and real 24.6 % (68.6 − 24.6 is
+    44.0): each was rounded on its own. The gap shown is the difference of the two values shown beside it
+    (report.json keeps the unrounded one)."""
+    import dataclasses
+
+    simulate_small(tmp_path, "phantom", gpus=8, days=3)
+    r = analyze(tmp_path)
+    u = r.utilization
+    assert u.believed_utilization is not None
+    believed, real = 0.68640, 0.24560  # shown 68.6 % and 24.6 %; the exact gap 0.4408 would show 44.1 pp
+    u2 = dataclasses.replace(
+        u, believed_utilization=dataclasses.replace(u.believed_utilization, value=believed),
+        real_utilization=dataclasses.replace(u.real_utilization, value=real),
+        phantom_gap=dataclasses.replace(u.phantom_gap, value=believed - real))
+    heads = hl.by_key(dataclasses.replace(r, utilization=u2))
+    assert (heads[hl.BELIEVED].text, heads[hl.REAL].text) == ("68.6 %", "24.6 %")
+    assert heads[hl.PHANTOM_GAP].text == "44.0 pp"
+    assert heads[hl.PHANTOM_GAP].figure.value == pytest.approx(believed - real)  # the figure stays exact
+
+
+def test_phantom_gpu_hours_tile_adds_up_from_the_ledger_states_it_names(tmp_path: Path) -> None:
+    """Review of issue 26.2: "Phantom GPU-hours 2,363" said it was the held-but-idle and allocated-with-no-
+    process hours, while those two ledger states summed to 2,400 (phantom 16 GPUs × 14 days, seed 4): believed
+    is what was allocated, and the ledger's held states also count time held outside any allocation. The tile
+    states the sum it is, with the ledger's own figures, and the sum adds up."""
+    from gpuaudit.report.sections import believed as believed_section
+
+    for kind in ("allocations", "processes"):
+        data = tmp_path / kind
+        if kind == "allocations":
+            simulate_small(data, "phantom", gpus=16, days=4, seed=4)
+        else:
+            write_fixed_dataset(data, days=3)
+        r = analyze(data)
+        led = r.ledger
+        assert led is not None
+        tile = next(f for f in believed_section.build(r, lambda _s: None).figures
+                    if f.label.startswith("Phantom GPU-hours"))
+        m = re.search(r"= ([\d,.]+) GPU-h held, SMs idle(?: \+ ([\d,.]+) GPU-h allocated, no process)?"
+                      r"(?: − ([\d,.]+) GPU-h held outside any allocation)?", tile.source)
+        assert m, (kind, tile.source)
+        parts = [float(g.replace(",", "")) if g else 0.0 for g in m.groups()]
+        assert parts[0] + parts[1] - parts[2] == pytest.approx(float(tile.text.split()[-2].replace(",", "")),
+                                                               abs=1.5), (kind, tile)
+        exact = (led.held_idle.value or 0.0) + (led.allocated_no_process.value or 0.0) - (
+            led.held_outside_allocation_gpu_hours.value or 0.0 if kind == "allocations" else 0.0)
+        assert exact == pytest.approx(r.utilization.phantom_gpu_hours.value, rel=1e-9), kind
+        if kind == "allocations":
+            assert m.group(2) and m.group(3), tile.source
+
+
+def test_report_json_names_each_utilization_once(tmp_path: Path) -> None:
+    """Review of issue 26.2: report.json carried believed twice (`utilization.allocated_utilization` beside
+    `utilization.believed_utilization`, and without allocations "allocated" was R/W under the scheduler's name),
+    and `break_even.billed_utilization` (the break-even u*) shared its key with `utilization.billed_utilization`
+    (the trial's measured billed-hour utilization): two quantities, one name."""
+    for kind in ("allocations", "processes"):
+        data = tmp_path / kind
+        if kind == "allocations":
+            simulate_small(data, "phantom", gpus=8, days=3)
+        else:
+            write_fixed_dataset(data, days=3)
+        doc = analyze(data).to_dict()
+        u, be = doc["utilization"], doc["break_even"]
+        assert "allocated_utilization" not in u, kind
+        assert "billed_utilization" in u and "billed_utilization" not in be, kind
+        assert "break_even_billed_utilization" in be, kind
+        b = u["believed_utilization"]["value"]
+        same = sorted(k for k, v in u.items() if isinstance(v, dict) and v.get("unit") == "fraction"
+                      and k != "believed_utilization" and v.get("value") == b)
+        # without allocations believed IS the held-hour utilization and what the cloud bills (their definitions
+        # say so); with them, no other key repeats it
+        assert same == ([] if kind == "allocations" else ["billed_utilization", "runtime_utilization"]), (kind, same)
+
+
+def test_headline_sentence_spells_real_utilization_as_its_tile_does(tmp_path: Path) -> None:
+    """Review of issue 26: the headline said "Real utilization is 23.3%" under a tile reading "23.3 %": one
+    figure, two spellings. The sentence carries the tile's text."""
+    simulate_small(tmp_path, "phantom", gpus=8, days=3)
+    r = analyze(tmp_path)
+    shown = hl.by_key(r)[hl.REAL].text
+    assert f"real utilization is {shown}" in r.decision.headline.lower(), (shown, r.decision.headline)

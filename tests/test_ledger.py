@@ -102,8 +102,9 @@ def test_unknown_host_and_overflow_are_unmapped() -> None:
 
 
 def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Path) -> None:
-    """analyze --json has `ledger` and utilization.allocated_utilization; with allocations the cost model's
-    billed-hour basis is held, and where allocations are imported, allocated or active (W − unallocated)."""
+    """analyze --json has `ledger` and believed = allocated utilization where allocations were imported; with
+    allocations the cost model's billed-hour basis is held, and where allocations are imported, allocated or
+    active (W − unallocated)."""
     samples, procs = _node()
     write(tmp_path / "plain", samples, procs)
     write(tmp_path / "alloc", samples, procs)
@@ -111,8 +112,8 @@ def test_analyze_puts_the_ledger_in_json_and_bills_allocated_hours(tmp_path: Pat
     plain, alloc = analyze(tmp_path / "plain"), analyze(tmp_path / "alloc")
     d = alloc.to_dict()
     assert d["ledger"]["allocated_no_process"]["value"] == pytest.approx(6.0)
-    assert d["utilization"]["allocated_utilization"]["value"] == pytest.approx(12 / 32)
-    assert plain.to_dict()["utilization"]["allocated_utilization"]["value"] == pytest.approx(7 / 32)
+    assert d["utilization"]["believed_utilization"]["value"] == pytest.approx(12 / 32)
+    assert plain.to_dict()["utilization"]["believed_utilization"]["value"] == pytest.approx(7 / 32)
     assert plain.to_dict()["ledger"]["basis"] == "processes"
     # held: 7 GPU-h; billed max(held, allocated) by hour: 0+2+2+2+3+1+2+1 = 13 GPU-h of W = 32.
     assert plain.break_even.measured_billed == pytest.approx(7 / 32, rel=1e-6)
@@ -402,7 +403,7 @@ def test_billed_hours_are_never_below_allocated_within_an_hour(tmp_path: Path) -
              proc_rows("n1", f"g{i}", ends(rows, lambda j: j >= half), job_id="2", pid=100 + i)]
     allocs = [_alloc("1", "n1", 2, 0, 0.5), _alloc("2", "n1", 2, 0.5, 1)]
     r, billed = _billed_vs_allocated(tmp_path, g[0] + g[1], procs, allocs)
-    allocated = r.utilization.allocated_utilization.value or 0.0
+    allocated = r.utilization.believed_utilization.value or 0.0  # allocations imported: believed is A/W
     assert allocated == pytest.approx(1.0)
     assert r.break_even.measured_billed == pytest.approx(billed, rel=1e-6)
     assert r.break_even.measured_billed >= allocated - 1e-9  # it was 0.75

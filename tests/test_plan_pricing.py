@@ -68,7 +68,7 @@ def test_break_even_compares_renting_with_owning_the_whole_fleet() -> None:
     assert be.verdict == "cloud"
     owning = min(v.total.value for k, v in s.items() if v.owned_gpus and not v.what_if)
     assert be.own_usd >= owning - 1e-6  # what owning the fleet costs, never less than the best plan
-    assert be.never or be.measured_billed < (be.billed_utilization.value or 0.0)
+    assert be.never or be.measured_billed < (be.break_even_billed_utilization.value or 0.0)
 
 
 def _mixed_rows() -> list[dict]:  # type: ignore[type-arg]
@@ -128,7 +128,7 @@ def test_instance_billing_break_even_is_not_a_rounding_edge() -> None:
     be = r.break_even
     gap = (be.own_usd - be.cloud_usd) / be.cloud_usd
     assert gap > 0.05  # renting is clearly cheaper
-    assert be.never or (be.billed_utilization.value or 0.0) > be.measured_billed * 1.05
+    assert be.never or (be.break_even_billed_utilization.value or 0.0) > be.measured_billed * 1.05
 
 
 def test_upper_bound_interval_is_labelled_as_one() -> None:
@@ -218,7 +218,7 @@ def test_residency_break_even_line_says_why_it_is_on_prem() -> None:
     r = analyze_rollups(rollups(_fleet(4, sm=0.05, procs=lambda i: int(i % 4 == 0))), load_config(),
                         overrides=Overrides(data_residency=True))
     be = r.break_even
-    assert be.never or be.measured_billed < (be.billed_utilization.value or 0.0)  # renting would be cheaper
+    assert be.never or be.measured_billed < (be.break_even_billed_utilization.value or 0.0)  # renting would be cheaper
     line = next(x for x in summary(r).splitlines() if x.startswith("break-even"))
     assert "residency" in line
 

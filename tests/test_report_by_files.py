@@ -111,3 +111,19 @@ def test_chromium_shows_the_files_and_fetches_nothing(out: Path) -> None:
     resolved = sorted(Path(h.removeprefix("file://")).name for h in visit.probes["hrefs"])
     assert resolved == sorted(FILES)
     assert all((out / name).is_file() for name in resolved)
+
+
+def test_without_allocations_nothing_claims_zero_hours_allocated(out: Path) -> None:
+    """Review of issue 26.7: on a dataset with no scheduler allocations the chargeback line said "0.0 GPU-h
+    allocated" (and the CSV column 0) while the ledger showed allocated = held (inferred from processes):
+    unknown is not zero. The files leave allocated empty and the line says none were imported."""
+    md = (out / "report.md").read_text().replace("\\", "")
+    section = md[md.index("## Files written with this report") : md.index("\n---\n")]
+    assert "GPU-h allocated" not in section, section
+    for name in ("chargeback-user", "chargeback-account", "idle-jobs"):
+        line = next(x for x in section.splitlines() if f"({name}.csv)" in x)
+        assert "no scheduler allocations imported" in line, line
+        rows = _rows(out / f"{name}.csv")
+        assert rows and all(r["allocated_gpu_hours"] == "" for r in rows), (name, rows[:2])
+        doc = json.loads((out / f"{name}.json").read_text())
+        assert all(r["allocated_gpu_hours"] is None for r in doc["rows"]), name

@@ -158,7 +158,7 @@ def test_the_break_even_curve_is_the_analyzers_and_meets_owning_at_u_star(result
     slope = (cloud[-1] - cloud[0]) / (x[-1] - x[0])
     assert cloud[0] + slope * be.measured_billed == pytest.approx((be.rent_fixed_usd + be.rent_variable_usd) / per)
     # ... and the two lines cross at the break-even u* the cost model found on its own.
-    u_star = be.billed_utilization.value
+    u_star = be.break_even_billed_utilization.value
     if be.never:  # renting is cheaper even at 100 %: no crossing, and no u* beside the "never"
         assert u_star is None and cloud[-1] < owned[-1]
         return

@@ -52,3 +52,22 @@ def test_analyze_warns_on_stderr_in_the_one_format_with_units_and_plurals(short_
     j = run_cli("analyze", "--data", str(short_trial), "--json")
     assert j.returncode == 0 and j.stdout.lstrip().startswith("{")
     assert "gpuaudit: warning: the trial covers" in j.stderr
+
+
+def test_report_spells_a_sub_day_trial_one_way_everywhere(short_trial: Path, tmp_path: Path) -> None:
+    """Review of issue 26.9: beside the header's "(1.2 hours)" the method section's tile said "Trial length 0.05
+    days", data coverage "days with data: 1 of 0.1" and "confidence method: … 0 resamples" (1,000 configured:
+    none were drawn because the trial has too few days), and the confidence said "the trial has 1 day of data"
+    and "the trial covers 1.2 hours, fewer than 90" (90 what?). One spelling of the trial's length, and the
+    reason instead of a zero."""
+    r = run_cli("report", "--data", str(short_trial), "--out", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "r" / "report.md").read_text().replace("\\_", "_")
+    assert "0.05 days" not in md and "| Trial length | 1.2 hours |" in md, md
+    assert " of 0.1" not in md and "| days with data | 1 day in a trial of 1.2 hours |" in md
+    assert "0 resamples" not in md
+    assert "none drawn, too few days (1, need 7)" in md
+    assert "fewer than 90" not in md and "1 day of data" not in md
+    assert "the trial has data on 1 UTC day, fewer than the 7" in md
+    assert "the trial covers 1.2 hours, less than 90 days (decision.provisional_below_days)" in md
+    assert "(< 90)" not in md and "less than the minimum for a firm decision" not in md

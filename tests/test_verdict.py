@@ -45,7 +45,7 @@ def test_break_even_verdict_follows_what_the_cloud_bills(steady32: Path) -> None
     renting = s["all-cloud"].total.value
     assert r.break_even.verdict == ("cloud" if renting < owning else "on-prem")
     assert r.break_even.verdict == "on-prem" and r.costs.cheapest == "stay-as-is"
-    u = r.break_even.billed_utilization.value
+    u = r.break_even.break_even_billed_utilization.value
     assert u is not None and (r.break_even.measured_billed < u) == (r.break_even.verdict == "cloud")
     assert r.break_even.measured_billed == pytest.approx(r.utilization.runtime_utilization.value, abs=0.01)
 
@@ -194,3 +194,34 @@ def test_sensitivity_caption_uses_the_configured_fraction() -> None:
     section = next(s for s in build_report(r, version="test").sections if s.key == "sensitivity")
     caption = section.charts[0].caption
     assert "20%" in caption and "30" not in caption
+
+
+def test_staying_as_is_is_never_headed_as_a_move() -> None:
+    """Review of issue 26: with 160 of 200 GPUs owned the heading said "Go hybrid: keep your 160 GPUs, rent the
+    rest flexibly" while the headline below it said "keep what you have": staying as is (owning part, renting the
+    rest) was the recommended plan, and a hybrid it already is. The heading of a stay-as-is recommendation says to
+    keep what you have; the disagreement warning names the plan and its branch once ("hybrid (hybrid)")."""
+    from tests.test_latency_and_ties import _busy_fleet, _cfg
+
+    r = analyze_rollups(rollups(_busy_fleet(0.2)), _cfg(90.0).replace("on_prem", owned_gpus=7))
+    d = r.decision
+    assert d.recommended_scenario == "stay-as-is" and d.recommendation == "hybrid"  # the case
+    heading = build_report(r, version="test").verdict.headline
+    assert heading.startswith("Keep what you have: keep your 7 GPUs, rent the rest flexibly"), heading
+    assert "Go hybrid" not in heading
+    for w in r.warnings:
+        assert "hybrid (hybrid)" not in w and "(cloud)" not in w, w
+
+
+def test_disagreement_warning_names_the_cheapest_plan_by_its_label() -> None:
+    """"the cheapest scenario at your prices is hybrid (hybrid)": the plan id and its branch, the same word twice.
+    The warning names the plan as the cost table does, and its branch only where that says more."""
+    from tests.test_latency_and_ties import _busy_fleet, _cfg
+
+    r = analyze_rollups(rollups(_busy_fleet(0.1)), _cfg(90.0))
+    assert r.costs.cheapest == "hybrid" and not r.decision.agrees_with_costs  # the rule says on-prem
+    w = next(x for x in r.warnings if x.startswith("the decision tree says"))
+    assert w == "the decision tree says on-prem but the cheapest plan at your prices is hybrid", w
+    r2 = analyze_rollups(rollups(_busy_fleet(0.2)), _cfg(55.04))
+    w2 = next(x for x in r2.warnings if x.startswith("the decision tree says"))
+    assert w2 == "the decision tree says on-prem but the cheapest plan at your prices is all cloud", w2

@@ -74,8 +74,10 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
                      for k in overridden_fleet_prices(pricing)]
     if not decision.agrees_with_costs:
         if decision.determined:
-            warnings.append(f"the decision tree says {decision.branch} but the cheapest scenario at your prices is "
-                            f"{block.cheapest} ({decision.cost_branch})")
+            plan = next(s.label for s in block.scenarios if s.id == block.cheapest).lower()
+            branch = "" if decision.cost_branch in plan else f" (the {decision.cost_branch} branch)"
+            warnings.append(f"the decision tree says {decision.branch} but the cheapest plan at your prices is "
+                            f"{plan}{branch}")
         else:
             warnings.append("real utilization is only bounded: the decision tree could say "
                             + " or ".join(decision.possible_branches))
@@ -220,7 +222,7 @@ def _break_even(block: CostBlock, t: ut.Totals, upper: bool) -> BreakEven:
         "owning (the cloud bills held and allocated hours, busy or not).")
     return BreakEven(
         never=never, measured_real=t.real_utilization, measured_runtime=t.runtime_utilization,
-        verdict=b.verdict, billed_utilization=held,
+        verdict=b.verdict, break_even_billed_utilization=held,
         real_equivalent=Figure(real, "fraction", "break-even billed-hour utilization × S / R", "cost model + trial",
                                "The real utilization the break-even corresponds to at today's efficiency while held.",
                                upper_bound=upper),

@@ -20,6 +20,7 @@ efficiency = real / max(allocated, held).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -243,6 +244,15 @@ def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: 
                usd_per_gpu_hour: float, unheld_real_s: float, prices: Prices | None = None) -> Chargeback:
     jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s, prices or Prices(usd_per_gpu_hour))
     tables = {by: _group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
+    idle = idle_jobs(jobs, per_hour)
+    if alloc is None or not alloc.height:  # nothing imported: allocated is unknown, not 0 GPU-h
+        tables = {k: _unknown_allocated(t) for k, t in tables.items()}
+        idle = _unknown_allocated(idle)
     return Chargeback(usd_per_gpu_hour=usd_per_gpu_hour, by_account=tables["account"], by_user=tables["user"],
-                      by_partition=tables["partition"], by_namespace=tables["namespace"],
-                      idle_jobs=idle_jobs(jobs, per_hour))
+                      by_partition=tables["partition"], by_namespace=tables["namespace"], idle_jobs=idle)
+
+
+def _unknown_allocated(t: Table) -> Table:
+    """The table with allocated_gpu_hours empty: without scheduler allocations there is no allocated figure (a
+    0 there read as "nothing was allocated" beside the ledger's allocated = held)."""
+    return dataclasses.replace(t, rows=tuple({**row, "allocated_gpu_hours": None} for row in t.rows))

@@ -126,8 +126,8 @@ class Costs:
 class BreakEven:
     """Where renting and owning cost the same, on the basis the cloud bills: billed GPU-hours.
 
-    billed_utilization: u*, the billed-hour utilization (demand shaped as measured, scaled up or down) at which
-      renting costs the same as owning the whole fleet (`own_reference`: "keep-the-owned-fleet" when every
+    break_even_billed_utilization: u*, the billed-hour utilization (demand shaped as measured, scaled up or down)
+      at which renting costs the same as owning the whole fleet (`own_reference`: "keep-the-owned-fleet" when every
       fleet GPU is owned, "buy-the-fleet" when none is, "keep-owned-and-buy-the-rest" in between; more owned
       than the fleet is refused). Renting k × today's billed demand
       costs rent_fixed_usd + k × rent_variable_usd (selling owned GPUs, egress and managed services; the compute
@@ -148,7 +148,7 @@ class BreakEven:
     measured_real: float
     measured_runtime: float
     verdict: str
-    billed_utilization: Figure
+    break_even_billed_utilization: Figure
     real_equivalent: Figure
     measured_billed: float
     own_reference: str

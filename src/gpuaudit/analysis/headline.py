@@ -41,7 +41,7 @@ class HeadlineFigure:
 
 def scheduled(r: AnalysisResult) -> bool:
     """Whether scheduler allocations were imported: then believed is what the scheduler shows (allocated)."""
-    return r.ledger is not None and r.ledger.basis != "processes" and r.utilization.allocated_utilization is not None
+    return r.ledger is not None and r.ledger.basis != "processes" and r.utilization.believed_utilization is not None
 
 
 def _bounded(figure: Figure, text: str) -> str:
@@ -50,12 +50,24 @@ def _bounded(figure: Figure, text: str) -> str:
     return ("≤ " if figure.upper_bound else "≥ " if figure.lower_bound else "") + text
 
 
+def _gap_shown(gap: Figure, believed_text: str, real_text: str) -> str:
+    """The gap as the difference of the two values shown beside it (68.6 % − 24.6 % reads 44.0 pp, where the
+    unrounded 0.4408 would show 44.1): each rounded on its own, they disagreed by 0.1 pp. report.json keeps the
+    exact figure."""
+    if gap.value is None:
+        return fmt.pp(None)
+    try:
+        return fmt.pp((float(believed_text.split()[0]) - float(real_text.split()[0])) / 100)
+    except ValueError:  # either is not a number ("n/a")
+        return fmt.pp(gap.value)
+
+
 def headline_figures(r: AnalysisResult) -> tuple[HeadlineFigure, ...]:
     """Believed, held-hour (where it differs from believed), real, the phantom gap, idle-held GPU-hours,
     billed-hour utilization and the break-even, in that order."""
     u, be = r.utilization, r.break_even
     sched = scheduled(r)
-    believed = u.believed_utilization or (u.allocated_utilization if sched else None) or u.runtime_utilization
+    believed = u.believed_utilization or u.runtime_utilization
     real = (f"{fmt.pct(u.real_utilization_lower.value)} – {fmt.pct(u.real_utilization.value)}"
             if u.real_is_upper_bound else fmt.pct(u.real_utilization.value))
     billed = u.billed_utilization or Figure(be.measured_billed, "fraction", "billed GPU-hours / W",
@@ -67,7 +79,8 @@ def headline_figures(r: AnalysisResult) -> tuple[HeadlineFigure, ...]:
                                   u.runtime_utilization, "utilization.runtime_utilization"))
     out += [
         HeadlineFigure(REAL, NAMES[REAL], real, u.real_utilization, "utilization.real_utilization"),
-        HeadlineFigure(PHANTOM_GAP, NAMES[PHANTOM_GAP], _bounded(u.phantom_gap, fmt.pp(u.phantom_gap.value)),
+        HeadlineFigure(PHANTOM_GAP, NAMES[PHANTOM_GAP], _bounded(u.phantom_gap, _gap_shown(
+                           u.phantom_gap, fmt.pct(believed.value), fmt.pct(u.real_utilization.value))),
                        u.phantom_gap, "utilization.phantom_gap"),
         HeadlineFigure(IDLE_HELD, NAMES[IDLE_HELD],
                        _bounded(u.idle_held_gpu_hours, fmt.hours(u.idle_held_gpu_hours.value)),
@@ -75,8 +88,8 @@ def headline_figures(r: AnalysisResult) -> tuple[HeadlineFigure, ...]:
         HeadlineFigure(BILLED_HOUR, NAMES[BILLED_HOUR], fmt.pct(billed.value), billed,
                        "utilization.billed_utilization"),
         HeadlineFigure(BREAK_EVEN, NAMES[BREAK_EVEN],
-                       "never" if be.never else fmt.pct(be.billed_utilization.value), be.billed_utilization,
-                       "break_even.billed_utilization"),
+                       "never" if be.never else fmt.pct(be.break_even_billed_utilization.value),
+                       be.break_even_billed_utilization, "break_even.break_even_billed_utilization"),
     ]
     return tuple(out)
 

@@ -308,18 +308,18 @@ def _per_week(g: pl.DataFrame) -> Table:
 
 def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utilization:
     """`use` with the figures that depend on what the scheduler shows, each defined once (docs/report.md,
-    Definitions): allocated utilization A/W; believed utilization (allocated where allocations were imported,
-    else the held-hour utilization R/W: what runtime-hour accounting shows); billed-hour utilization (billed
-    GPU-hours / W, what the cost model bills: the break-even's measure); and the phantom gap,
+    Definitions): believed utilization (the allocated share A/W where allocations were imported, else the
+    held-hour utilization R/W: what runtime-hour accounting shows; one figure, not both under two names);
+    billed-hour utilization (billed GPU-hours / W, what the cost model bills: the break-even's measure); and the
+    phantom gap,
     believed − real, in GPU-hours and as a share of W."""
     w = led.observed_gpu_hours.value or 0.0
-    allocated = allocated_utilization(led)
     scheduled = led.basis != BASIS_PROCESSES
     src = led.allocated_gpu_hours.source
     held_gpu_hours = use.runtime_gpu_hours.value or 0.0
     if scheduled:
         believed_h = led.allocated_gpu_hours.value or 0.0
-        believed_fig = Figure(allocated.value, "fraction", "allocated GPU-hours A / W", src,
+        believed_fig = Figure(believed_h / w if w > 0 else None, "fraction", "allocated GPU-hours A / W", src,
                               "Believed utilization: what the scheduler shows as used, the share of observed "
                               "GPU-hours allocated to jobs (scheduler allocations imported).")
     else:
@@ -334,7 +334,6 @@ def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utiliz
     lb = " (a lower bound: S is an upper bound)" if upper else ""
     return dataclasses.replace(
         use,
-        allocated_utilization=allocated,
         believed_utilization=believed_fig,
         billed_utilization=Figure(
             billed_utilization, "fraction",
@@ -353,17 +352,6 @@ def believed(use: Utilization, led: Ledger, billed_utilization: float) -> Utiliz
                                  "Phantom GPU-hours: believed GPU-hours (" + ("allocated" if scheduled else "held")
                                  + ") minus real GPU-hours over the trial" + lb + ".", lower_bound=upper),
     )
-
-
-def allocated_utilization(led: Ledger) -> Figure:
-    """allocated / W: the utilization the scheduler shows (without allocations: held / W, inferred)."""
-    w = led.observed_gpu_hours.value or 0.0
-    value = (led.allocated_gpu_hours.value or 0.0) / w if w > 0 else None
-    inferred = led.basis == BASIS_PROCESSES
-    return Figure(value, "fraction", "allocated GPU-hours / W", led.allocated_gpu_hours.source,
-                  "What the scheduler shows as utilization: the share of observed GPU-hours allocated to jobs"
-                  + (" (no allocations imported: inferred from processes, = runtime-hour utilization)."
-                     if inferred else "."))
 
 
 def billed_demand(m: Mapped, demand: pl.DataFrame, bucket_s: float, held_r: float) -> tuple[np.ndarray, float]:

@@ -219,6 +219,7 @@ def _decision(p: _Priced, t: ut.Totals, tr: Trial, inputs: DecisionInputs, conf:
         upper_bound=upper_bound, horizon_months=a.horizon_months, model_caveats=_model_caveats(cfg),
         growth_flip=_growth_flip(sens.growth, block.cheapest),
         tie_fraction=cfg.decision.tie_fraction, spread_usd=_spread(sample, a.confidence_level),
+        provisional_below_days=cfg.decision.provisional_below_days,
     )
     decision = recommend(rule, fired, inputs, tr, block.scenarios, block.cheapest, possible, evidence,
                          block.fleet.existing)

@@ -103,12 +103,16 @@ def _coverage(t: Totals, cfg: Config, el: Elastic) -> tuple[float, float]:
     return coverage, capacity
 
 
+def short_trial_text(days: float, provisional_below_days: float) -> str:
+    """Why a trial is provisional, in the one wording the warning, the caveats and the confidence share."""
+    return (f"the trial covers {fmt.span(days)}, less than {provisional_below_days:g} days "
+            "(decision.provisional_below_days)")
+
+
 def _provisional_warning(tr: Trial, cfg: Config) -> list[str]:
     if not tr.provisional:
         return []
-    return [f"the trial covers {fmt.span(tr.days)}, less than {cfg.decision.provisional_below_days:g} days "
-            "(decision.provisional_below_days): the decision "
-            "is provisional"]
+    return [short_trial_text(tr.days, cfg.decision.provisional_below_days) + ": the decision is provisional"]
 
 
 def _upper_bound_warning(t: Totals, upper: bool) -> list[str]:
@@ -143,7 +147,7 @@ def _coverage_warning(t: Totals, el: Elastic, coverage: float, capacity: float) 
 def _unmeasured_warning(t: Totals) -> list[str]:
     if t.unmeasured <= 0:
         return []
-    return [f"{t.unmeasured / t.w:.1%} of observed time has neither SM activity nor duty cycle (counted as idle)"]
+    return [f"{fmt.pct(t.unmeasured / t.w)} of observed time has neither SM activity nor duty cycle (counted as idle)"]
 
 
 def _input_warnings(roll: Rollups, t: Totals) -> list[str]:

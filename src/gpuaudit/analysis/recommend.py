@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gpuaudit.analysis.cloudmix import spot_caveat
 from gpuaudit.analysis.decision import Rule
 from gpuaudit.analysis.economics import CostScenario
+from gpuaudit.analysis.quality import short_trial_text
 from gpuaudit.analysis.result import (
     Branch,
     Confidence,
@@ -79,6 +80,7 @@ class Evidence:
     growth_flip: tuple[float, str] | None = None  # lowest demand growth/year at which another plan is cheapest
     tie_fraction: float = 0.0  # decision.tie_fraction
     spread_usd: float = 0.0  # half the width of the day-resample interval of staying − the cheapest (0: none)
+    provisional_below_days: float = 90.0  # decision.provisional_below_days
 
 
 def _gpus(n: float) -> str:
@@ -168,10 +170,11 @@ def recommend(rule: Rule, fired: RuleFired, inputs: DecisionInputs, trial: Trial
     if spot:
         caveats.append(spot)
     if trial.provisional:
-        caveats.append(f"provisional: the trial covers {fmt.span(trial.days)} (< 90); re-run on a longer trial")
+        caveats.append(f"provisional: {short_trial_text(trial.days, ev.provisional_below_days)}; re-run on a "
+                       "longer trial")
     if ev.upper_bound:
-        caveats.append(f"real utilization is bounded, not measured: between {ev.real_low:.1%} and "
-                       f"{ev.real_high:.1%} (duty cycle stood in for SM activity)")
+        caveats.append(f"real utilization is bounded, not measured: between {fmt.pct(ev.real_low)} and "
+                       f"{fmt.pct(ev.real_high)} (duty cycle stood in for SM activity)")
 
     if tie_keep and stay is not None:
         # Name the plans inside the tolerance and those outside it: "the alternatives are within $4k" beside an
@@ -212,9 +215,9 @@ def _advice(fired: RuleFired, current: Deployment) -> str:
 
 def _utilization_text(inputs: DecisionInputs, ev: Evidence) -> str:
     if not ev.upper_bound:
-        return f"real utilization is {inputs.real_utilization:.1%}"
-    return (f"real utilization is between {ev.real_low:.1%} and {ev.real_high:.1%} (SM activity was not measured "
-            "everywhere: duty cycle gives only an upper bound)")
+        return f"real utilization is {fmt.pct(inputs.real_utilization)}"
+    return (f"real utilization is between {fmt.pct(ev.real_low)} and {fmt.pct(ev.real_high)} (SM activity was not "
+            "measured everywhere: duty cycle gives only an upper bound)")
 
 
 def constraint_text(inputs: DecisionInputs) -> str:
@@ -282,7 +285,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
 
     c = ev.confidence
     if c.too_few_days:
-        cap(0, f"the trial has {fmt.count(c.days, 'day')} of data, fewer than the {c.min_days} a day-block "
+        cap(0, f"the trial has data on {fmt.count(c.days, 'UTC day')}, fewer than the {c.min_days} a day-block "
                "bootstrap needs (analysis.bootstrap_min_days: a week, so that the weekly cycle is in every "
                "resample): no interval is claimed")
     elif not c.resamples:
@@ -290,8 +293,8 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
                "the days observed was not measured")
     if not residency:
         if not determined:
-            cap(0, f"real utilization is only bounded ({ev.real_low:.1%}–{ev.real_high:.1%}): the rule could say "
-                   + " or ".join(tree))
+            cap(0, f"real utilization is only bounded ({fmt.pct(ev.real_low)}–{fmt.pct(ev.real_high)}): the rule "
+                   "could say " + " or ".join(tree))
         elif not agrees:
             cap(0, f"the utilization rule says {fired.branch.value}, the cost model {cost_branch}")
         if c.resamples and c.flip_share >= 0.2:
@@ -308,7 +311,7 @@ def _confidence(tree: list[str], determined: bool, agrees: bool, cost_branch: st
         cap(1, f"the {c.level:.0%} interval of all-cloud − owning ({_signed(d.low)} to {_signed(d.high)}) "
                "includes zero")
     if trial.provisional:
-        cap(1, f"the trial covers {fmt.span(trial.days)}, fewer than 90")
+        cap(1, short_trial_text(trial.days, ev.provisional_below_days))
     if ev.sensitivity_flips:
         flips = ev.sensitivity_flips
         shown = flips[0] if len(flips) == 1 else "any one of " + ", ".join(flips[:-1]) + " or " + flips[-1]

@@ -24,7 +24,7 @@ from gpuaudit.analysis.economics import BreakEven, Costs, CostScenario, HybridSi
 from gpuaudit.analysis.figure import Figure, Table
 from gpuaudit.util.jsonio import plain
 
-RESULT_VERSION = 3
+RESULT_VERSION = 4
 HOURS_PER_YEAR = 8766.0  # 365.25 days: what "per year" figures scale the trial to
 
 
@@ -102,7 +102,6 @@ class Utilization:
     real_utilization_lower: Figure  # S/W counting duty-cycle-only time as no SM activity (= real when measured)
     phantom_gpu_hours: Figure  # max(R − S, 0): held GPU time that did no work (a lower bound where S is an upper one)
     # Set once the ledger is known (analysis.ledger.believed), each defined once in docs/report.md's Definitions:
-    allocated_utilization: Figure | None = None  # A/W: what the scheduler shows (= R/W without allocations)
     believed_utilization: Figure | None = None  # A/W where allocations were imported, else R/W
     billed_utilization: Figure | None = None  # billed GPU-hours / W: what the cloud would bill, ≥ believed
 

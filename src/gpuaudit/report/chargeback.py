@@ -81,14 +81,16 @@ def _sum(table: Table, column: str) -> float:
     return float(sum(row.get(column) or 0.0 for row in table.rows))
 
 
-def _totals(table: Table, what: str, usd_per_gpu_hour: float) -> str:
+def _totals(table: Table, what: str, usd_per_gpu_hour: float, allocations: bool) -> str:
     """A breakdown file's totals, as its rows sum: how many rows, GPU-hours allocated / held / unused (chargeback)
     or idle (idle jobs), and their cost, each under the name its file's columns carry."""
     from gpuaudit.util import fmt
 
     word = "unused" if "unused_gpu_hours" in {c.name for c in table.columns} else "idle"
     table.require("allocated_gpu_hours", "held_gpu_hours", f"{word}_gpu_hours", f"{word}_usd")
-    return (f"{fmt.count(len(table.rows), what)}: {fmt.hours(_sum(table, 'allocated_gpu_hours'))} allocated, "
+    allocated = (f"{fmt.hours(_sum(table, 'allocated_gpu_hours'))} allocated" if allocations
+                 else "no scheduler allocations imported")
+    return (f"{fmt.count(len(table.rows), what)}: {allocated}, "
             f"{fmt.hours(_sum(table, 'held_gpu_hours'))} held, {fmt.hours(_sum(table, f'{word}_gpu_hours'))} {word}, "
             f"{fmt.money(_sum(table, f'{word}_usd'), exact=True)} {word} cost at ${usd_per_gpu_hour:,.2f}/GPU-h")
 
@@ -102,8 +104,9 @@ def chargeback_links(result: AnalysisResult, by: Iterable[str]) -> tuple[LinkedF
     if not keys or charge is None:
         return ()
     rate = charge.usd_per_gpu_hour
-    out = [LinkedFile(f"Chargeback by {key}", _totals(charge.by(key), key, rate),
+    allocations = result.ledger is not None and result.ledger.basis != "processes"
+    out = [LinkedFile(f"Chargeback by {key}", _totals(charge.by(key), key, rate, allocations),
                       (("CSV", f"chargeback-{key}.csv"), ("JSON", f"chargeback-{key}.json"))) for key in keys]
-    out.append(LinkedFile("Idle jobs", _totals(charge.idle_jobs, "job", rate),
+    out.append(LinkedFile("Idle jobs", _totals(charge.idle_jobs, "job", rate, allocations),
                           (("CSV", "idle-jobs.csv"), ("JSON", "idle-jobs.json"))))
     return tuple(out)

@@ -35,6 +35,22 @@ def _phantom_formula(r: AnalysisResult) -> str:
     )
 
 
+def _phantom_parts(r: AnalysisResult) -> str:
+    """The phantom GPU-hours as the ledger's states add up to them: held with the SMs idle, plus allocated with
+    no process, minus the time held outside any allocation (the ledger's held states count it; believed, the
+    allocated hours, does not). The tile once named the first two only, which summed to more than it showed."""
+    led = r.ledger
+    if led is None:
+        return ""
+    parts = f" = {fmt.hours(led.held_idle.value)} held, SMs idle"
+    if hl.scheduled(r):
+        parts += f" + {fmt.hours(led.allocated_no_process.value)} allocated, no process"
+        outside = led.held_outside_allocation_gpu_hours.value or 0.0
+        if outside > 0:
+            parts += f" − {fmt.hours(outside)} held outside any allocation"
+    return parts
+
+
 def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
     u = r.utilization
     trial_usd, per_year = r.costs.phantom_usd.value, r.costs.phantom_usd_per_year.value
@@ -47,10 +63,8 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         KeyFigure(
             "Phantom GPU-hours: believed − real",
             ("≥ " if u.real_is_upper_bound else "") + fmt.hours(gap_hours),
-            f"{u.phantom_gpu_hours.formula}: the believed GPU-hours that did no SM work (held but idle"
-            + (", and allocated with no process" if scheduled else "")
-            + "; section 2's idle-held hours are "
-            "the part held with the SMs fully idle)",
+            f"{u.phantom_gpu_hours.formula}: the believed GPU-hours that did no SM work"
+            + _phantom_parts(r) + "; section 2's idle-held hours are the part held with the SMs fully idle",
         ),
         KeyFigure("Phantom gap in dollars (trial)", at_least_sign + fmt.money(trial_usd), formula),
         KeyFigure("… per year at this rate", at_least_sign + fmt.money(per_year), formula, emphasis=True),
@@ -70,7 +84,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 Series("busy", (u.busy_utilization.value,)),
                 Series(
                     "allocated",
-                    (value_or_zero(u.allocated_utilization) if scheduled and u.allocated_utilization else None,),
+                    (value_or_zero(u.believed_utilization) if scheduled and u.believed_utilization else None,),
                 ),
             ),
         ),
@@ -118,9 +132,9 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
         f"GPU, but its SMs were active {at_most}{fmt.pct(u.real_utilization.value)} of the time: "
         f"{at_least}{fmt.hours(gap_hours)} of held GPU time did no work."
     )
-    if scheduled and u.allocated_utilization is not None:
+    if scheduled and u.believed_utilization is not None:
         lead = (
-            f"The scheduler shows the fleet {fmt.pct(u.allocated_utilization.value)} allocated; processes held "
+            f"The scheduler shows the fleet {fmt.pct(u.believed_utilization.value)} allocated; processes held "
             f"its GPUs {fmt.pct(u.runtime_utilization.value)} of the time, and its SMs were active "
             f"{at_most}{fmt.pct(u.real_utilization.value)} of it: {at_least}{fmt.hours(gap_hours)} of "
             "allocated GPU time did no work."

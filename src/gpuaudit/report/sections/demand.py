@@ -93,7 +93,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 f"{h.bucket_s:,.0f} s buckets); the marked N is the hybrid's best N ≥ 1.",
             )
         )
-    u_star = be.billed_utilization.value
+    u_star = be.break_even_billed_utilization.value
     k = BreakEvenCurveColumns
     be.curve.require(k.BILLED_UTILIZATION, k.CLOUD_USD_PER_GPU_YEAR, k.OWNED_USD_PER_GPU_YEAR)
     if be.curve.rows:
@@ -121,7 +121,7 @@ def build(r: AnalysisResult, step: Callable[[str], None]) -> Section:
                 f"{c.horizon_months} months ÷ {c.fleet_gpus:,} GPUs ÷ {years:g} years. Renting: "
                 f"{fmt.money(be.rent_fixed_usd)} fixed + {fmt.money(be.rent_variable_usd)} "
                 "compute at today's billed hours, in proportion to them; equal to owning at u* "
-                f"({be.billed_utilization.formula}).",
+                f"({be.break_even_billed_utilization.formula}).",
             )
         )
     n_col, cost_col = HybridCurveColumns.N, HybridCurveColumns.TOTAL_USD

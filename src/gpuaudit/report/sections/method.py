@@ -7,6 +7,7 @@ from typing import Any
 
 from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.columns import GpuCoverageColumns
+from gpuaudit.analysis.confidence import no_interval_reason
 from gpuaudit.analysis.figure import Figure
 from gpuaudit.analysis.result import AnalysisResult
 from gpuaudit.report.model import ReportTable, Section
@@ -25,7 +26,7 @@ def build(r: AnalysisResult, _step: Callable[[str], None]) -> Section:
     figs = [
         figure_tile("Coverage", q.coverage),
         figure_tile("Gap hours", q.gap_hours),
-        figure_tile("Trial length", q.trial_days),
+        figure_tile("Trial length", q.trial_days, text=fmt.span(q.trial_days.value or 0.0)),
         figure_tile("Unmeasured share", q.unmeasured_share),
         figure_tile("Duplicates removed", q.overlap_gpu_hours),
     ]
@@ -74,12 +75,13 @@ def _coverage_table(r: AnalysisResult) -> ReportTable:
         columns=("item", "value"),
         rows=(
             ("trial window (UTC)", f"{date_text(t.start)} → {date_text(t.end)}"),
-            ("days with data", f"{t.observed_days:,} of {t.days:.1f}"),
+            ("days with data", f"{fmt.count(t.observed_days, 'day')} in a trial of {fmt.span(t.days)}"),
             ("GPUs / GPU equivalents / hosts", f"{t.gpus:,} / {t.gpu_equivalents:,.2f} / {t.hosts:,}"),
             ("samples", f"{t.samples:,}"),
             ("measurement sources", ", ".join(t.sources) or fmt.MISSING["cell"]),
             ("GPUs that stopped reporting", ", ".join(q.stopped_reporting) or "none"),
-            ("confidence method", f"{c.method}: {c.resamples:,} resamples, seed {c.seed}"),
+            ("confidence method", f"{c.method}: {c.resamples:,} resamples, seed {c.seed}" if c.resamples
+             else f"{c.method}: none drawn, {no_interval_reason(c)}"),
             ("dataset schema version", str(r.dataset_schema_version)),
             ("result version", str(r.result_version)),
         ),
@@ -138,7 +140,7 @@ def _definitions(r: AnalysisResult) -> Iterable[tuple[str, Figure]]:
         ("Efficiency while held", u.efficiency_while_held),
         ("Energy", u.energy_kwh),
         ("Average power per GPU", u.average_power_w),
-        (hl.NAMES[hl.BREAK_EVEN], r.break_even.billed_utilization),
+        (hl.NAMES[hl.BREAK_EVEN], r.break_even.break_even_billed_utilization),
         ("Cloud steady $/GPU-h", r.costs.cloud_effective_usd_per_gpu_hour),
         ("Cloud flexible $/GPU-h", r.costs.cloud_flexible_usd_per_gpu_hour),
         ("Cloud reserved $/GPU-h", r.costs.cloud_reserved_usd_per_gpu_hour),

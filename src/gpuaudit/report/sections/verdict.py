@@ -7,6 +7,7 @@ from typing import Any
 from gpuaudit.analysis import headline as hl
 from gpuaudit.analysis.columns import TornadoColumns
 from gpuaudit.analysis.confidence import no_interval_reason
+from gpuaudit.analysis.quality import short_trial_text
 from gpuaudit.analysis.result import AnalysisResult, Condition, Consolidation
 from gpuaudit.report.model import KeyFigure, Verdict
 from gpuaudit.report.sections.formatting import (
@@ -28,7 +29,10 @@ def build(r: AnalysisResult) -> Verdict:
     rec = d.recommendation
     current = d.inputs.current.value
     rule_branch = d.branch.value
-    headline = "Go hybrid" if rec == "hybrid" else _HEADLINES.get((rec, current), rec)
+    if d.recommended_scenario == "stay-as-is" and rec == "hybrid":
+        headline = "Keep what you have"  # owning part and renting the rest is already a hybrid: no move to make
+    else:
+        headline = "Go hybrid" if rec == "hybrid" else _HEADLINES.get((rec, current), rec)
     if d.action:  # the plan in counts: what to sell, keep, buy, reserve and rent
         headline += f": {d.action}"
     elif rec == "hybrid":
@@ -65,10 +69,8 @@ def build(r: AnalysisResult) -> Verdict:
     lever = _lever_figure(r)
     if lever is not None:
         figs.append(lever)
-    reason = (
-        f"the trial covers {fmt.span(r.trial.days)}, less than the minimum for a firm decision; "
-        f"collect more data and re-run"
-    )
+    below = {a.key: a.value for a in r.assumptions}.get("decision.provisional_below_days", 90.0)
+    reason = f"{short_trial_text(r.trial.days, float(below))}; collect more data and re-run"
     return Verdict(
         branch=rec,
         headline=headline,
