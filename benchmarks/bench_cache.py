@@ -7,11 +7,16 @@
   entry, where de-duplication allows) against a cold run on the same, bigger dataset;
 - `gpuaudit report` (all formats) cold and warm: the fixed costs (charts, HTML) the cache does not touch.
 
-Each figure is the median of REPEATS fresh processes (wall time; peak RSS from wait4). Every warm result is
-checked against the cold one (every figure within 1e-9 relative).
+- the floor (benchmarks/bench_analyzer.py: open the dataset + one DuckDB GROUP BY per table over the same
+  columns) on the same dataset: what the cold run's time and peak RSS are compared with.
 
-    python benchmarks/bench_cache.py          # writes its section into benchmarks/RESULTS.md
-    python benchmarks/bench_cache.py --quick  # small sizes, prints only
+Each figure is the median of REPEATS fresh processes (wall time; peak RSS from wait4; one run each above
+LARGE_ROWS sample rows, where a cold run takes minutes). Every warm result is checked against the cold one
+(every figure within 1e-9 relative).
+
+    python benchmarks/bench_cache.py                              # 96 GPUs x 30 days at 60 s; writes RESULTS.md
+    python benchmarks/bench_cache.py --sizes 128x90,1000x90       # issue 29's sizes (100 M, 778 M rows at 10 s)
+    python benchmarks/bench_cache.py --quick                      # small sizes, prints only
 """
 
 from __future__ import annotations
@@ -33,13 +38,14 @@ HERE = Path(__file__).resolve().parent
 SIZE = (96, 30, 60.0)  # GPUs, days, interval (s): 4.1 M sample rows, < 3 minutes on 2 cores
 QUICK_SIZE = (16, 7, 300.0)
 REPEATS = 3
+LARGE_ROWS = 50_000_000  # above this many sample rows every figure is one run (a cold run takes minutes)
 START = "2026-10-01"
 
 
-def _measure(*args: str) -> tuple[float, float, str]:
-    """Median wall time and the largest peak RSS of REPEATS runs."""
+def _measure_n(*args: str, repeats: int = REPEATS) -> tuple[float, float, str]:
+    """Median wall time and the largest peak RSS of `repeats` runs."""
     walls, rsss, out = [], [], ""
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         wall, rss, out = _timed(*args)
         walls.append(wall)
         rsss.append(rss)
@@ -106,10 +112,18 @@ def _add_day(root: Path, extra: Path, gpus: int, days: int, interval_s: float) -
     return rows
 
 
-def run(work: Path, quick: bool) -> list[dict[str, Any]]:
-    gpus, days, interval_s = QUICK_SIZE if quick else SIZE
+def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict[str, Any]]:
+    from bench_analyzer import measure as measure_floor
+
+    gpus, days, interval_s = size
     root, extra = work / "data", work / "extra"
+    shutil.rmtree(work, ignore_errors=True)
     rows = _simulate(root, gpus, days, interval_s, START)
+    reps = 1 if rows > LARGE_ROWS else REPEATS
+
+    def _measure(*args: str) -> tuple[float, float, str]:
+        return _measure_n(*args, repeats=reps)
+
     price = work / "price.toml"
     price.write_text("[cloud]\ninstance_usd_per_hour = 40.0\n")
     base = ["analyze", "--json", "--data", str(root)]
@@ -133,28 +147,36 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
     out = work / "report"
     rep_cold_s, rep_cold_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q", "--no-cache")
     rep_warm_s, rep_warm_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q")
+    floor = measure_floor("floor", root, 1)
 
-    size = f"{gpus} GPUs x {days} days at {interval_s:g} s (mixed, {rows:,} sample rows)"
-    cold_note = f"`gpuaudit analyze --json --no-cache`, {size}; median of {REPEATS} fresh processes"
+    label = f"{gpus:,} GPUs x {days} days at {interval_s:g} s (mixed, {rows:,} sample rows, one more day added " \
+            "before the last figures)"
+    runs = f"median of {reps} fresh processes" if reps > 1 else "one run each"
+    cold_note = f"`gpuaudit analyze --json --no-cache`, {label}; {runs}"
+    floor_name = "floor: open + one DuckDB GROUP BY per table, same columns"
 
     def fig(name: str, value: float, unit: str, baseline: str | None = None, baseline_value: float | None = None,
             target: str = "", met: bool | None = None, note: str = "") -> dict[str, Any]:
         ratio = value / baseline_value if baseline_value else None
-        return {"figure": name, "value": round(value, 3), "unit": unit, "baseline": baseline,
+        return {"figure": prefix + name, "value": round(value, 3), "unit": unit, "baseline": baseline,
                 "baseline_value": None if baseline_value is None else round(baseline_value, 3),
                 "ratio": None if ratio is None else round(ratio, 3), "target": target, "met": met, "note": note}
 
     return [
-        fig("analyze, cold (--no-cache): wall time", cold_s, "s", note=cold_note),
-        fig("analyze, cold: peak RSS", cold_mb, "MiB"),
+        fig("analyze, cold (--no-cache): wall time", cold_s, "s", floor_name, floor["seconds"],
+            target="<= 1.3 x the floor (issue 29)", met=cold_s <= 1.3 * floor["seconds"], note=cold_note),
+        fig("analyze, cold: peak RSS", cold_mb, "MiB", "floor peak RSS", floor["rss_mb"],
+            target="<= 2 x the floor's (issue 29)", met=cold_mb <= 2 * floor["rss_mb"]),
         fig("analyze, first cached run (miss: scan + write the entry)", fill_s, "s", "cold", cold_s,
             note=f"entry {entry_bytes / 2**20:.2f} MiB in <data>/.rollups/"),
         fig("analyze, first cached run: peak RSS", fill_mb, "MiB", "cold", cold_mb),
         fig("analyze, warm (same inputs)", warm_s, "s", "cold", cold_s, note="every figure = cold's within 1e-9"),
         fig("analyze, warm: peak RSS", warm_mb, "MiB", "cold", cold_mb),
         fig("analyze, warm with a changed price", price_s, "s", "cold with the same price", price_cold_s,
+            target="<= 3 s at 778 M rows (issue 29)", met=price_s <= 3.0,
             note="--config: [cloud] instance_usd_per_hour = 40; every figure = cold's within 1e-9"),
-        fig("analyze, warm with a changed price: peak RSS", price_mb, "MiB", "cold", cold_mb),
+        fig("analyze, warm with a changed price: peak RSS", price_mb, "MiB", "cold", cold_mb,
+            target="<= 1 GB at 778 M rows (issue 29)", met=price_mb <= 1000 / 1.048576),
         fig("analyze after one more day of data (cached run: new files only, merged)", day_s, "s",
             "cold on the same data", day_cold_s, target="<= 10 % of cold (issue 29)", met=day_s <= 0.1 * day_cold_s,
             note=f"+{more:,} rows in new files; fixed costs (imports, bootstrap) bound it; every figure = cold's "
@@ -165,10 +187,12 @@ def run(work: Path, quick: bool) -> list[dict[str, Any]]:
         fig("report, warm", rep_warm_s, "s", "cold", rep_cold_s,
             note="what remains is the fixed cost (imports, bootstrap, charts, HTML): issue 29 item 3"),
         fig("report, warm: peak RSS", rep_warm_mb, "MiB", "cold", rep_cold_mb),
+        fig("report, cold: peak RSS", rep_cold_mb, "MiB", "floor peak RSS", floor["rss_mb"],
+            target="<= 2 x the floor's (issue 29)", met=rep_cold_mb <= 2 * floor["rss_mb"]),
     ]
 
 
-def _section(figures: list[dict[str, Any]], elapsed: float) -> str:
+def _section(figures: list[dict[str, Any]], elapsed: float, how: str, name: str) -> str:
     sys.path.insert(0, str(HERE))
     from run import fmt
 
@@ -182,8 +206,8 @@ def _section(figures: list[dict[str, Any]], elapsed: float) -> str:
         ]) + " |")
     import datetime as dt
 
-    when = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python benchmarks/bench_cache.py`"
-    return f"## cache\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
+    when = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python benchmarks/bench_cache.py{how}`"
+    return f"## {name}\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
 
 
 def splice(results: Path, section: str, name: str = "cache") -> None:
@@ -198,18 +222,42 @@ def splice(results: Path, section: str, name: str = "cache") -> None:
     results.write_text(text, encoding="utf-8")
 
 
+def _size(text: str, interval_s: float) -> tuple[int, int, float]:
+    """`GPUSxDAYS` (at `interval_s`), e.g. 1000x90."""
+    m = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if not m:
+        raise SystemExit(f"bench_cache: --sizes wants GPUSxDAYS[,GPUSxDAYS...], e.g. 128x90; got {text!r}")
+    return int(m[1]), int(m[2]), interval_s
+
+
 def main() -> int:
-    quick = "--quick" in sys.argv
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a small size; prints only")
+    ap.add_argument("--sizes", help="GPUSxDAYS[,...] (e.g. 128x90,1000x90), each simulated and measured in turn")
+    ap.add_argument("--interval", type=float, default=10.0, help="sample interval (s) for --sizes (default 10)")
+    args = ap.parse_args()
     work = HERE / ".work" / "cache"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     sys.path.insert(0, str(REPO / "src"))
+    sys.path.insert(0, str(HERE))
+    if args.sizes:
+        sizes = [_size(t, args.interval) for t in args.sizes.split(",")]
+        how = f" --sizes {args.sizes}" + (f" --interval {args.interval:g}" if args.interval != 10.0 else "")
+    else:
+        sizes, how = [QUICK_SIZE if args.quick else SIZE], ""
     t0 = time.perf_counter()
-    figures = run(work, quick)
-    section = _section(figures, time.perf_counter() - t0)
+    figures = []
+    for size in sizes:
+        prefix = f"{size[0]:,} x {size[1]} d: " if len(sizes) > 1 else ""
+        figures += run(work, size, prefix)
+        shutil.rmtree(work, ignore_errors=True)
+    # One section per --sizes list, so that each size can be run (and re-run) on its own.
+    name = f"cache ({args.sizes})" if args.sizes else "cache"
+    section = _section(figures, time.perf_counter() - t0, how, name)
     print(section)
-    if not quick:
-        splice(HERE / "RESULTS.md", section)
+    if not args.quick:
+        splice(HERE / "RESULTS.md", section, name)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
