@@ -35,6 +35,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # bench_analyzer (the floor) and run (fmt)
+    sys.path.insert(0, str(HERE))
 SIZE = (96, 30, 60.0)  # GPUs, days, interval (s): 4.1 M sample rows, < 3 minutes on 2 cores
 QUICK_SIZE = (16, 7, 300.0)
 REPEATS = 3
@@ -42,7 +44,7 @@ LARGE_ROWS = 50_000_000  # above this many sample rows every figure is one run (
 START = "2026-10-01"
 
 
-def _measure_n(*args: str, repeats: int = REPEATS) -> tuple[float, float, str]:
+def _measure(*args: str, repeats: int = REPEATS) -> tuple[float, float, str]:
     """Median wall time and the largest peak RSS of `repeats` runs."""
     walls, rsss, out = [], [], ""
     for _ in range(repeats):
@@ -120,18 +122,15 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
     shutil.rmtree(work, ignore_errors=True)
     rows = _simulate(root, gpus, days, interval_s, START)
     reps = 1 if rows > LARGE_ROWS else REPEATS
-
-    def _measure(*args: str) -> tuple[float, float, str]:
-        return _measure_n(*args, repeats=reps)
-
     price = work / "price.toml"
     price.write_text("[cloud]\ninstance_usd_per_hour = 40.0\n")
     base = ["analyze", "--json", "--data", str(root)]
 
-    cold_s, cold_mb, cold = _measure(*base, "--no-cache")
+    cold_s, cold_mb, cold = _measure(*base, "--no-cache", repeats=reps)
+    floor = measure_floor("floor", root, 1)  # on the same rows as the cold run, before the extra day
     fill_s, fill_mb, filled = _timed(*base)
-    warm_s, warm_mb, warm = _measure(*base)
-    price_s, price_mb, priced = _measure(*base, "--config", str(price))
+    warm_s, warm_mb, warm = _measure(*base, repeats=reps)
+    price_s, price_mb, priced = _measure(*base, "--config", str(price), repeats=reps)
     price_cold_s, _, priced_cold = _timed(*base, "--config", str(price), "--no-cache")
     for other in (filled, warm):
         _close(json.loads(cold), json.loads(other))
@@ -140,14 +139,15 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
 
     more = _add_day(root, extra, gpus, days, interval_s)
     day_s, day_mb, day = _timed(*base)  # the cached run: new files merged onto the entry
-    day_cold_s, day_cold_mb, day_cold = _measure(*base, "--no-cache")
+    day_cold_s, day_cold_mb, day_cold = _measure(*base, "--no-cache", repeats=reps)
     _close(json.loads(day_cold), json.loads(day))
     day_warm_s, _, _ = _timed(*base)
 
     out = work / "report"
-    rep_cold_s, rep_cold_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q", "--no-cache")
-    rep_warm_s, rep_warm_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q")
-    floor = measure_floor("floor", root, 1)
+    rep_cold_s, rep_cold_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q", "--no-cache",
+                                          repeats=reps)
+    rep_warm_s, rep_warm_mb, _ = _measure("report", "--data", str(root), "--out", str(out), "-q", repeats=reps)
+    floor_day = measure_floor("floor", root, 1)  # the reports read the extra day too
 
     label = f"{gpus:,} GPUs x {days} days at {interval_s:g} s (mixed, {rows:,} sample rows, one more day added " \
             "before the last figures)"
@@ -176,7 +176,7 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
             target="<= 3 s at 778 M rows (issue 29)", met=price_s <= 3.0,
             note="--config: [cloud] instance_usd_per_hour = 40; every figure = cold's within 1e-9"),
         fig("analyze, warm with a changed price: peak RSS", price_mb, "MiB", "cold", cold_mb,
-            target="<= 1 GB at 778 M rows (issue 29)", met=price_mb <= 1000 / 1.048576),
+            target="<= 1 GB at 778 M rows (issue 29)", met=price_mb <= 1e9 / 2**20),
         fig("analyze after one more day of data (cached run: new files only, merged)", day_s, "s",
             "cold on the same data", day_cold_s, target="<= 10 % of cold (issue 29)", met=day_s <= 0.1 * day_cold_s,
             note=f"+{more:,} rows in new files; fixed costs (imports, bootstrap) bound it; every figure = cold's "
@@ -187,13 +187,12 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
         fig("report, warm", rep_warm_s, "s", "cold", rep_cold_s,
             note="what remains is the fixed cost (imports, bootstrap, charts, HTML): issue 29 item 3"),
         fig("report, warm: peak RSS", rep_warm_mb, "MiB", "cold", rep_cold_mb),
-        fig("report, cold: peak RSS", rep_cold_mb, "MiB", "floor peak RSS", floor["rss_mb"],
-            target="<= 2 x the floor's (issue 29)", met=rep_cold_mb <= 2 * floor["rss_mb"]),
+        fig("report, cold: peak RSS", rep_cold_mb, "MiB", "floor peak RSS (with the extra day)", floor_day["rss_mb"],
+            target="<= 2 x the floor's (issue 29)", met=rep_cold_mb <= 2 * floor_day["rss_mb"]),
     ]
 
 
 def _section(figures: list[dict[str, Any]], elapsed: float, how: str, name: str) -> str:
-    sys.path.insert(0, str(HERE))
     from run import fmt
 
     rows = ["| figure | value | baseline | baseline value | ratio | target | met | note |",
@@ -240,7 +239,6 @@ def main() -> int:
     args = ap.parse_args()
     work = HERE / ".work" / "cache"
     sys.path.insert(0, str(REPO / "src"))
-    sys.path.insert(0, str(HERE))
     if args.sizes:
         sizes = [_size(t, args.interval) for t in args.sizes.split(",")]
         how = f" --sizes {args.sizes}" + (f" --interval {args.interval:g}" if args.interval != 10.0 else "")
@@ -258,7 +256,6 @@ def main() -> int:
     print(section)
     if not args.quick:
         splice(HERE / "RESULTS.md", section, name)
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
