@@ -41,7 +41,8 @@ SIZE = (96, 30, 60.0)  # GPUs, days, interval (s): 4.1 M sample rows, < 3 minute
 QUICK_SIZE = (16, 7, 300.0)
 REPEATS = 3
 LARGE_ROWS = 50_000_000  # above this many sample rows every figure is one run (a cold run takes minutes)
-START = "2026-10-01"
+START = "2026-01-05"  # a Monday, far enough back that START + days + 1 is in the past: rows more than a day
+# in the future are left out by a rule that moves with the clock, so runs minutes apart would read different rows
 
 
 def _measure(*args: str, repeats: int = REPEATS) -> tuple[float, float, str]:
@@ -118,6 +119,10 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
     from bench_analyzer import measure as measure_floor
 
     gpus, days, interval_s = size
+    import datetime as dt
+
+    if _dt(START) + dt.timedelta(days=days + 1) > dt.datetime.now(dt.UTC):
+        raise SystemExit(f"bench_cache: START {START} + {days + 1} days is in the future; choose an earlier START")
     root, extra = work / "data", work / "extra"
     shutil.rmtree(work, ignore_errors=True)
     rows = _simulate(root, gpus, days, interval_s, START)

@@ -308,22 +308,70 @@ def _maybe_elastic(gpu_hours: pl.DataFrame, span: list[float | None]) -> bool:
     return hit.height > 0
 
 
+# How two parts of one GPU-hour's single stream add up: each column of sql/analysis_rollup.sql by its aggregate
+# there. A column not listed (the SQL grew one) makes a shared GPU-hour unmergeable: never a guess.
+_HOUR_PARTS: dict[str, str] = {
+    "hour": "first", "gpu_name": "min", "source_min": "min", "source_max": "max", "gpu_fraction": "max",
+    **{c: "sum" for c in ("samples", "observed_s", "held_s", "busy_s", "real_s", "real_held_s", "fallback_s",
+                          "fallback_real_s", "unmeasured_s", "idle_held_s", "energy_j", "energy_s",
+                          "energy_estimated_s", "overlap_s")},
+    "max_mem_used_bytes": "max", "mem_total_bytes": "max", "first_s": "min", "last_s": "max",
+    "max_interval_s": "max",
+}
+_NO_OVERLAP = 1e-9  # overlap_s (GPU-seconds de-duplication removed) at most this share of observed_s: none
+
+
+def _merge_gpu_hours(old: pl.DataFrame, add: pl.DataFrame) -> pl.DataFrame | None:
+    """old's and add's GPU-hours together, or None where a GPU-hour in both cannot be added up. One in both is
+    the usual case (an agent's next flush, the next day's first sample, end inside an hour the entry began); it
+    adds up where, on each side, it is one stream (overlap_s 0: no other stream and no self-overlap in the hour)
+    of the same host and source, and the two sides' samples lie apart in time: then the cold run's window sums
+    (sql/analysis_streams.sql) are the two parts' sums, its overlap factor stays 1 and the stream wins alike."""
+    shared = old.select(_GPU_HOUR).join(add.select(_GPU_HOUR), on=_GPU_HOUR, how="semi")
+    if shared.height == 0:
+        return pl.concat([old, add]).sort(["host", *_GPU_HOUR])
+    rest = [c for c in old.columns if c not in ("host", *_GPU_HOUR)]
+    if any(c not in _HOUR_PARTS for c in rest):
+        return None
+    o = old.join(shared, on=_GPU_HOUR, how="semi")
+    a = add.join(shared, on=_GPU_HOUR, how="semi")
+    pair = o.join(a, on=_GPU_HOUR, how="inner", suffix="_add")
+    if pair.height != shared.height:  # a GPU-hour under two hosts on one side: not one stream
+        return None
+
+    def single(suffix: str) -> pl.Expr:
+        src_min, src_max = pl.col("source_min" + suffix), pl.col("source_max" + suffix)
+        overlap = pl.col("overlap_s" + suffix).abs() <= _NO_OVERLAP * pl.col("observed_s" + suffix).abs().clip(1.0)
+        return (src_min == src_max) & overlap
+
+    apart = (pl.col("last_s") <= pl.col("first_s_add")) | (pl.col("last_s_add") <= pl.col("first_s"))
+    ok = (single("") & single("_add") & (pl.col("host") == pl.col("host_add"))
+          & (pl.col("source_min") == pl.col("source_min_add")) & apart)
+    if not bool(pair.select(ok.all()).item()):
+        return None
+    aggs = {"first": pl.Expr.first, "min": pl.Expr.min, "max": pl.Expr.max, "sum": pl.Expr.sum}
+    joined = (pl.concat([o, a]).group_by(["host", *_GPU_HOUR], maintain_order=True)
+              .agg(*[aggs[_HOUR_PARTS[c]](pl.col(c)) for c in rest]).select(old.columns))
+    apart_rows = [old.join(shared, on=_GPU_HOUR, how="anti"), add.join(shared, on=_GPU_HOUR, how="anti")]
+    return pl.concat([*apart_rows, joined]).sort(["host", *_GPU_HOUR])
+
+
 def merge(old: Rollups, add: Rollups, old_span: list[float | None] | None = None,
           add_span: list[float | None] | None = None) -> Rollups | None:
-    """The rollups of old's files and add's together, where de-duplication allows: no GPU-hour in both
-    (streams are ranked and overlaps measured per GPU-hour), no GPU that reports only while held, in either or
-    in both together (judged over the whole trial: `*_span`, each part's streams' first start and last end),
-    no row left out of either; demand buckets and holders are sums. None: it does not allow, read everything."""
+    """The rollups of old's files and add's together, where de-duplication allows: a GPU-hour in both only where
+    its two parts add up (`_merge_gpu_hours`: streams are ranked and overlaps measured per GPU-hour), no GPU
+    that reports only while held, in either or in both together (judged over the whole trial: `*_span`, each
+    part's streams' first start and last end), no row left out of either; demand buckets and holders are sums.
+    None: it does not allow, read everything."""
     if old.rejected_rows or add.rejected_rows or old.elastic_gpus.height or add.elastic_gpus.height:
         return None
     if old.demand.columns != add.demand.columns or old.gpu_hours.columns != add.gpu_hours.columns:
         return None
     if old.holders.columns != add.holders.columns:
         return None
-    shared = old.gpu_hours.select(_GPU_HOUR).join(add.gpu_hours.select(_GPU_HOUR), on=_GPU_HOUR, how="semi")
-    if shared.height:
+    gpu_hours = _merge_gpu_hours(old.gpu_hours, add.gpu_hours)
+    if gpu_hours is None:
         return None
-    gpu_hours = pl.concat([old.gpu_hours, add.gpu_hours]).sort(["host", *_GPU_HOUR])
     if old_span is None or add_span is None or _maybe_elastic(gpu_hours, union_span(old_span, add_span)):
         return None
     keys = ["bucket_s", "gpu_name"]
