@@ -360,3 +360,25 @@ def test_new_files_that_end_an_hour_the_entry_began_are_merged(tmp_path: Path,
             warm = _result(root)
         assert any("cannot be merged" in r.getMessage() for r in caplog.records), caplog.text
         _close(_result(root, cache=False), warm)
+
+
+def test_a_gpu_hour_whose_gpu_name_changes_at_the_seam_is_read_again(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """29.1 (incremental): sql/analysis_streams.sql keeps a stream per reported GPU name, so an hour whose
+    first part has no name (an import without the info series) and whose rest has one is two streams to a cold
+    run, each side one stream alone. Defect (review of the shared-hour merge): the merge added them up as one;
+    it must read everything again and equal the cold run."""
+    import logging
+
+    root = tmp_path / "data"
+    a = gpu_rows("node-a", "GPU-A", 240, start=T0, sm=0.5, procs=1)
+    cut = 150  # 02:30
+    for r in a[:cut]:
+        r["gpu_name"] = None
+    write(root, a[:cut])
+    _same_as_cold(root)
+    write(root, a[cut:])
+    with caplog.at_level(logging.INFO, logger="gpuaudit.analysis"):
+        warm = _result(root)
+    assert any("cannot be merged" in r.getMessage() for r in caplog.records), caplog.text
+    _close(_result(root, cache=False), warm)

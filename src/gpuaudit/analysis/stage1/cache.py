@@ -325,8 +325,9 @@ def _merge_gpu_hours(old: pl.DataFrame, add: pl.DataFrame) -> pl.DataFrame | Non
     """old's and add's GPU-hours together, or None where a GPU-hour in both cannot be added up. One in both is
     the usual case (an agent's next flush, the next day's first sample, end inside an hour the entry began); it
     adds up where, on each side, it is one stream (overlap_s 0: no other stream and no self-overlap in the hour)
-    of the same host and source, and the two sides' samples lie apart in time: then the cold run's window sums
-    (sql/analysis_streams.sql) are the two parts' sums, its overlap factor stays 1 and the stream wins alike."""
+    of the same host, source and reported GPU name, and the two sides' samples lie apart in time: then the cold
+    run's window sums (sql/analysis_streams.sql) are the two parts' sums, its overlap factor stays 1 and the
+    stream wins alike."""
     shared = old.select(_GPU_HOUR).join(add.select(_GPU_HOUR), on=_GPU_HOUR, how="semi")
     if shared.height == 0:
         return pl.concat([old, add]).sort(["host", *_GPU_HOUR])
@@ -335,9 +336,9 @@ def _merge_gpu_hours(old: pl.DataFrame, add: pl.DataFrame) -> pl.DataFrame | Non
         return None
     o = old.join(shared, on=_GPU_HOUR, how="semi")
     a = add.join(shared, on=_GPU_HOUR, how="semi")
+    if o.select(_GPU_HOUR).is_duplicated().any() or a.select(_GPU_HOUR).is_duplicated().any():
+        return None  # a GPU-hour under two hosts on one side: not one stream
     pair = o.join(a, on=_GPU_HOUR, how="inner", suffix="_add")
-    if pair.height != shared.height:  # a GPU-hour under two hosts on one side: not one stream
-        return None
 
     def single(suffix: str) -> pl.Expr:
         src_min, src_max = pl.col("source_min" + suffix), pl.col("source_max" + suffix)
@@ -346,7 +347,9 @@ def _merge_gpu_hours(old: pl.DataFrame, add: pl.DataFrame) -> pl.DataFrame | Non
 
     apart = (pl.col("last_s") <= pl.col("first_s_add")) | (pl.col("last_s_add") <= pl.col("first_s"))
     ok = (single("") & single("_add") & (pl.col("host") == pl.col("host_add"))
-          & (pl.col("source_min") == pl.col("source_min_add")) & apart)
+          & (pl.col("source_min") == pl.col("source_min_add")) & apart
+          # analysis_streams.sql keeps a stream per reported name (NULL too): two names are two streams
+          & pl.col("gpu_name").eq_missing(pl.col("gpu_name_add")))
     if not bool(pair.select(ok.all()).item()):
         return None
     aggs = {"first": pl.Expr.first, "min": pl.Expr.min, "max": pl.Expr.max, "sum": pl.Expr.sum}
