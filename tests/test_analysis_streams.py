@@ -187,3 +187,19 @@ def test_user_queries_agree_with_analyze_on_overlapping_data(base, tmp_path: Pat
     gpus = json.loads(r.stdout)
     assert [g["gpu_uuid"] for g in gpus] == ["GPU-0", "GPU-1"] and all(g["gpu_index"] is not None for g in gpus)
     assert sum(g["observed_gpu_hours"] for g in gpus) == pytest.approx(2 * 48.0)
+
+
+def test_a_gpu_name_reported_for_only_part_of_an_hour_removes_nothing(base, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A GPU whose name is missing from some samples of an hour (an import without the info series, then the
+    agent) is still one stream there. Defect (found in the review of the rollup cache's merge): streams were
+    grouped by name, so such an hour was two winning streams, each counted the other's seconds as removed by
+    de-duplication (overlap GPU-hours > 0 with nothing duplicated) and a de-duplicated demand series counted
+    its samples twice."""
+    _, a = base
+    rows = _rows()
+    for r in rows:
+        if r["gpu_uuid"] == "GPU-0" and r["ts"] <= T0.replace(minute=30):
+            r["gpu_name"] = None
+    b = analyze(write(tmp_path / "d", rows))
+    assert b.data_quality.overlap_gpu_hours.value == 0
+    _same(a, b)
