@@ -56,7 +56,9 @@ WITH raw AS (
 ),
 streams AS (
     SELECT
-        host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, gpu_name, precedence,
+        -- One stream whatever the name says: a sample without it (an import lacking the info series) beside
+        -- named ones would make a second winning row, each counting the other's seconds as removed.
+        host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, min(gpu_name) AS gpu_name, precedence,
         max(gpu_fraction) AS gpu_fraction,
         count(*) AS samples,
         -- seconds of each interval inside its slot, and where the earliest one starts inside the slot
@@ -80,8 +82,8 @@ streams AS (
         max(end_s) AS last_s,
         max(interval_s) AS max_interval_s
     FROM raw
-    -- gpu_name and precedence follow from the other keys; grouping by them is cheaper than aggregating them
-    GROUP BY host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, gpu_name, precedence
+    -- precedence follows from source; grouping by it is cheaper than aggregating it
+    GROUP BY host, gpu_uuid, mig_instance, hour_s, slot_s, slot_len_s, source, precedence
 )
 SELECT
     *,
