@@ -21,6 +21,7 @@ LARGE_ROWS sample rows, where a cold run takes minutes). Every warm result is ch
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import os
@@ -97,15 +98,11 @@ def _simulate(root: Path, gpus: int, days: float, interval_s: float, start: str)
 
 
 def _dt(text: str) -> Any:
-    import datetime as dt
-
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
 def _add_day(root: Path, extra: Path, gpus: int, days: int, interval_s: float) -> int:
     """One more day of the same fleet, simulated apart and moved into `root` (new files, new partitions)."""
-    import datetime as dt
-
     start = (_dt(START) + dt.timedelta(days=days)).isoformat()
     rows = _simulate(extra, gpus, 1, interval_s, start)
     for f in extra.rglob("*.parquet"):
@@ -119,8 +116,6 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
     from bench_analyzer import measure as measure_floor
 
     gpus, days, interval_s = size
-    import datetime as dt
-
     if _dt(START) + dt.timedelta(days=days + 1) > dt.datetime.now(dt.UTC):
         raise SystemExit(f"bench_cache: START {START} + {days + 1} days is in the future; choose an earlier START")
     root, extra = work / "data", work / "extra"
@@ -208,8 +203,6 @@ def _section(figures: list[dict[str, Any]], elapsed: float, how: str, name: str)
             fmt(f.get("baseline_value")), fmt(f.get("ratio")), fmt(f.get("target")), fmt(f.get("met")),
             str(f.get("note", "")).replace("|", "/"),
         ]) + " |")
-    import datetime as dt
-
     when = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, `python benchmarks/bench_cache.py{how}`"
     return f"## {name}\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
 

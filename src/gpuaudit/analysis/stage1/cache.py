@@ -348,7 +348,8 @@ def _merge_gpu_hours(old: pl.DataFrame, add: pl.DataFrame) -> pl.DataFrame | Non
     apart = (pl.col("last_s") <= pl.col("first_s_add")) | (pl.col("last_s_add") <= pl.col("first_s"))
     ok = (single("") & single("_add") & (pl.col("host") == pl.col("host_add"))
           & (pl.col("source_min") == pl.col("source_min_add")) & apart
-          # analysis_streams.sql keeps a stream per reported name (NULL too): two names are two streams
+          # The same name on both sides (NULL too): a name that changes at the seam is rare enough to read
+          # again, and the rows then need no rule for which name the hour keeps.
           & pl.col("gpu_name").eq_missing(pl.col("gpu_name_add")))
     if not bool(pair.select(ok.all()).item()):
         return None
