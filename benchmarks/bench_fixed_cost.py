@@ -38,8 +38,14 @@ LIBRARIES = ("polars", "numpy", "matplotlib", "duckdb", "jinja2", "typer")
 TARGET = 2.0  # the report at most this many times the import of its libraries
 
 
+_CACHE_HOME: Path | None = None  # the chart cache's home for this run (set by `run`): never the user's
+
+
 def _env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src)}
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    if _CACHE_HOME is not None:
+        env["XDG_CACHE_HOME"] = str(_CACHE_HOME)
+    return env
 
 
 def _wall(*argv: str, src: Path = REPO / "src") -> float:
@@ -65,6 +71,8 @@ def _worktree(work: Path, rev: str) -> Path:
 
 
 def run(work: Path, quick: bool, against: str | None = None) -> list[dict[str, Any]]:
+    global _CACHE_HOME
+    _CACHE_HOME = work / "xdg"
     repeats = QUICK_REPEATS if quick else REPEATS
     data, out = work / "data", work / "report"
     _gpuaudit("simulate", "--scenario", "mixed", "--gpus", "2", "--days", "1", "--seed", "1", "--data", str(data))
@@ -74,17 +82,22 @@ def run(work: Path, quick: bool, against: str | None = None) -> list[dict[str, A
     if before_src is not None:
         _gpuaudit(*report, "--out", str(out), src=before_src)
     _wall(sys.executable, "-c", f"import {', '.join(LIBRARIES)}")
-    imports, warm, cold, before = [], [], [], []
+    imports, warm, priced, cold, before = [], [], [], [], []
     for i in range(repeats):
         imports.append(_wall(sys.executable, "-c", f"import {', '.join(LIBRARIES)}"))
         shutil.rmtree(out, ignore_errors=True)
         warm.append(_gpuaudit(*report, "--out", str(out / f"w{i}")))
+        # A price never used before: the cost charts are drawn, the others read from the chart cache.
+        price = work / f"price{i}.toml"
+        price.write_text(f"[cloud]\ninstance_usd_per_hour = {41 + i}.0\n")
+        priced.append(_gpuaudit(*report, "--config", str(price), "--out", str(out / f"p{i}")))
         cold.append(_gpuaudit(*report, "--no-cache", "--out", str(out / f"c{i}")))
         if before_src is not None:
             before.append(_gpuaudit(*report, "--out", str(out / f"b{i}"), src=before_src))
     if before_src is not None:
         subprocess.run(["git", "worktree", "remove", "--force", str(before_src.parent)], cwd=REPO, capture_output=True)
     imp, rep, rep_cold = statistics.median(imports), statistics.median(warm), statistics.median(cold)
+    rep_priced = statistics.median(priced)
     charts = len(list((out / f"w{repeats - 1}" / "charts").glob("*.svg")))
 
     def fig(
@@ -130,7 +143,7 @@ def run(work: Path, quick: bool, against: str | None = None) -> list[dict[str, A
             note=f"`python -c 'import {libs}'`; runs {', '.join(f'{x:.2f}' for x in imports)} s",
         ),
         fig(
-            "gpuaudit report, 2 GPUs x 1 day (rollup cache filled)",
+            "gpuaudit report, 2 GPUs x 1 day, re-run (rollup and chart caches filled)",
             rep,
             "import of its libraries",
             imp,
@@ -140,7 +153,15 @@ def run(work: Path, quick: bool, against: str | None = None) -> list[dict[str, A
             f"{', '.join(f'{x:.2f}' for x in warm)} s",
         ),
         fig(
-            "gpuaudit report, 2 GPUs x 1 day, --no-cache",
+            "gpuaudit report, 2 GPUs x 1 day, a new price (cost charts drawn, the others cached)",
+            rep_priced,
+            "import of its libraries",
+            imp,
+            note=f"--config: [cloud] instance_usd_per_hour new each run; runs {', '.join(f'{x:.2f}' for x in priced)}"
+            " s",
+        ),
+        fig(
+            "gpuaudit report, 2 GPUs x 1 day, --no-cache (every chart drawn)",
             rep_cold,
             "import of its libraries",
             imp,

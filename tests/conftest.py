@@ -25,6 +25,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own $XDG_CACHE_HOME (its processes inherit it): no test reads charts or an s3:// dataset's
+    rollups another test cached, and none writes into the ~/.cache of whoever runs the suite."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg")))
+
+
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pl.DataFrame]:
     """One simulated 8-GPU node over 2 days (both tables), read back as frames."""

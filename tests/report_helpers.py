@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.helpers import REPO, require_binary, wait_until
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -326,3 +327,18 @@ def normalize_generated(text: str) -> str:
 
     text = re.sub(r"at \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", "at <generated>", text)
     return re.sub(r"gpuaudit \d+\.\d+\.\d+\S*", "gpuaudit <version>", text)
+
+
+def count_figures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each chart figure made in this process from now on (charts._figure, one per drawing)."""
+    from gpuaudit.report import charts
+
+    made: list[str] = []
+    figure = charts._figure
+
+    def counted(height_in, name, narrow_height_in=None):  # type: ignore[no-untyped-def]
+        made.append(name)
+        return figure(height_in, name, narrow_height_in)
+
+    monkeypatch.setattr(charts, "_figure", counted)
+    return made

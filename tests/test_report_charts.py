@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import pytest
 from tests.analysis_helpers import gpu_rows, rollups
+from tests.report_helpers import count_figures
 
 from gpuaudit.analysis import analyze_rollups
 from gpuaudit.analysis.config import load_config
@@ -25,24 +26,12 @@ def report():  # type: ignore[no-untyped-def]
     return build_report(analyze_rollups(rollups(busy + idle), load_config()), version="t")
 
 
-def _count_figures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    made: list[str] = []
-    figure = charts._figure
-
-    def counted(height_in, name, narrow_height_in=None):  # type: ignore[no-untyped-def]
-        made.append(name)
-        return figure(height_in, name, narrow_height_in)
-
-    monkeypatch.setattr(charts, "_figure", counted)
-    return made
-
-
 def test_building_the_report_draws_nothing_rendering_draws_each_chart_at_two_widths(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The model held rendered SVG and a closure: every chart was drawn while the sections were built."""
     busy = [r for g in range(4) for r in gpu_rows("n1", f"B-{g}", 48 * 12, interval_s=300, sm=0.6, procs=1)]
-    made = _count_figures(monkeypatch)
+    made = count_figures(monkeypatch)
     rebuilt = build_report(analyze_rollups(rollups(busy), load_config()), version="t")
     assert made == [] and len(rebuilt.charts()) >= 5
     drawn = render.draw_charts(rebuilt)
@@ -94,7 +83,7 @@ def test_each_drawing_is_laid_out_and_drawn_once(monkeypatch: pytest.MonkeyPatch
 def test_the_pool_draws_the_same_bytes_in_its_workers(monkeypatch: pytest.MonkeyPatch, report) -> None:  # type: ignore[no-untyped-def]
     jobs = [(c.spec, n) for c in report.charts() for n in (False, True)]
     expected = [charts.draw(spec, narrow=n) for spec, n in jobs]
-    made = _count_figures(monkeypatch)
+    made = count_figures(monkeypatch)
     with ChartPool(2) as pool:
         assert pool.started
         assert pool.draw(jobs) == expected
@@ -143,12 +132,12 @@ def test_the_report_flow_draws_its_charts_in_the_pool(tmp_path, monkeypatch: pyt
     started = []
     pool_init = ChartPool.__init__
 
-    def counted_init(self, drawers=None):  # type: ignore[no-untyped-def]
+    def counted_init(self, drawers=None, **kwargs):  # type: ignore[no-untyped-def]
         started.append(drawers)
-        pool_init(self, drawers)
+        pool_init(self, drawers, **kwargs)
 
     monkeypatch.setattr(ChartPool, "__init__", counted_init)
-    made = _count_figures(monkeypatch)
+    made = count_figures(monkeypatch)
     written = flows.report_dataset(tmp_path / "data", tmp_path / "out", formats="html,md", quiet=True)
     assert started == [2] and made == []
     for chart in written.report.charts():

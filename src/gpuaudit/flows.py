@@ -84,7 +84,7 @@ def report_dataset(root: Path | str, out: Path, *, formats: str = "html,md,json"
     keys = parse_by(by)
     # The chart worker starts now: it imports matplotlib while the analysis runs (report/chartpool.py).
     drawers = default_drawers() if {"html", "md"} & set(wanted) else 0
-    with progress_steps(not quiet) as step, ChartPool(drawers) as pool:
+    with progress_steps(not quiet) as step, ChartPool(drawers, cache=cache) as pool:
         result = analyze(root, config, preset, step, overrides, engine, cache)
         written = write_report(result, out, wanted, progress=step, by=keys, pool=pool)
     if quiet:

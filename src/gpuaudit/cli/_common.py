@@ -58,7 +58,8 @@ EngineOption = typer.Option(
          "or a local session; pip install 'gpuaudit\\[spark]'). Same figures either way.")
 NoCacheOption = typer.Option(
     False, "--no-cache", help="A cold run: read the whole dataset, neither using nor filling the stage-1 rollup "
-    "cache (<data>/.rollups/; for s3:// data under $XDG_CACHE_HOME/gpuaudit/rollups/). Same figures either way.")
+    "cache (<data>/.rollups/; for s3:// data under $XDG_CACHE_HOME/gpuaudit/rollups/) or, for report, the chart "
+    "cache ($XDG_CACHE_HOME/gpuaudit/charts/). Same figures either way.")
 FleetOption = typer.Option(
     None, "--fleet-gpus", help="GPUs in the whole fleet when some nodes had no agent (default: the GPUs seen); "
     "measured demand is scaled to it; at least the GPUs seen."

@@ -6,7 +6,9 @@ one worker process started before the analysis: it imports matplotlib while the 
 jobs (pickled specs: plain frozen data), forks a sibling per further drawer (the import is paid once; the
 worker is single-threaded, so forking it is safe), draws its share and sends the SVG documents back. Anything
 the pool does not deliver (it could not start, died, or a drawing raised) is drawn in this process, so the
-charts and any error are the same as without a pool.
+charts and any error are the same as without a pool. With `cache`, a chart drawn before from the same spec is
+read from the chart cache (report/chartcache.py) and only the others are sent; when none is left the worker is
+stopped unused.
 
     python -m gpuaudit.report.chartpool N   # a worker with N drawers: jobs on stdin, SVGs on stdout
 """
@@ -41,9 +43,10 @@ class ChartPool:
     """`drawers` processes drawing charts, the first started now; `draw(jobs)` once, then `close()` (or use it as
     a context). 0 drawers: this process draws."""
 
-    def __init__(self, drawers: int | None = None) -> None:
+    def __init__(self, drawers: int | None = None, *, cache: bool = False) -> None:
         n = default_drawers() if drawers is None else drawers
         self._proc: subprocess.Popen[bytes] | None = None
+        self._cache = cache  # report/chartcache.py: a chart drawn before from the same spec is read, not drawn
         if n < 1:
             return
         src = str(Path(__file__).resolve().parents[2])  # the gpuaudit this process runs, wherever it came from
@@ -71,24 +74,35 @@ class ChartPool:
         return self._proc is not None
 
     def draw(self, jobs: Sequence[Job]) -> list[str]:
-        """The SVG of each job, in order."""
+        """The SVG of each job, in order: from the chart cache where it holds the job (with `cache`), else drawn by
+        the workers, else here."""
+        from gpuaudit.report import chartcache
         from gpuaudit.report.charts import draw
 
-        results: list[str | None] = [None] * len(jobs)
+        keys, svgs = chartcache.load(jobs) if self._cache else ([], [None] * len(jobs))
+        todo = [i for i, svg in enumerate(svgs) if svg is None]
+        missing = [jobs[i] for i in todo]
+        results: list[str | None] = [None] * len(missing)
         proc, self._proc = self._proc, None
-        if proc is not None and proc.stdin is not None:
+        if proc is not None and not missing:
+            _stop(proc)  # every chart came from the cache
+        elif proc is not None and proc.stdin is not None:
             stdin, proc.stdin = proc.stdin, None  # closed here: `communicate` must not flush it
             try:
-                stdin.write(pickle.dumps(list(jobs), protocol=pickle.HIGHEST_PROTOCOL))
+                stdin.write(pickle.dumps(missing, protocol=pickle.HIGHEST_PROTOCOL))
                 stdin.close()
             except OSError:  # the worker is gone: everything is drawn here
                 _stop(proc)
             else:
-                results = _reply(proc, len(jobs))
-        return [
+                results = _reply(proc, len(missing))
+        new = [
             svg if svg is not None else draw(spec, narrow=narrow)
-            for svg, (spec, narrow) in zip(results, jobs, strict=True)
+            for svg, (spec, narrow) in zip(results, missing, strict=True)
         ]
+        if self._cache:
+            chartcache.save([(keys[i], svg) for i, svg in zip(todo, new, strict=True)])
+        fresh = iter(new)
+        return [svg if svg is not None else next(fresh) for svg in svgs]
 
     def close(self) -> None:
         proc, self._proc = self._proc, None

@@ -22,6 +22,13 @@ NAME_MAX = 255  # bytes in one path component on Linux filesystems (ext4, xfs, b
 _URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
 
 
+def user_cache_dir() -> Path:
+    """This user's cache base, `$XDG_CACHE_HOME/gpuaudit` (default `~/.cache/gpuaudit`): what this machine keeps
+    for itself (an s3:// dataset's rollups, drawn charts)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpuaudit"
+
+
 def _s3_without_slashes(text: str) -> bool:
     """`s3:bucket`: a mistyped URL, never meant as a local folder named `s3:bucket`."""
     return text[:3].lower() == "s3:" and not _URL_RE.match(text)

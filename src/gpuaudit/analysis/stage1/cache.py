@@ -56,8 +56,7 @@ def cache_dir(root: Path | str) -> Path:
     url = paths.as_url(root)
     if not url:
         return Path(root) / DIR
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpuaudit" / "rollups" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    return paths.user_cache_dir() / "rollups" / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def _code_digest() -> str:
