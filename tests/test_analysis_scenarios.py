@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.helpers import SIZES, START, run_cli
+from tests.helpers import SIZES, run_cli, scenario_dataset
 
 from gpuaudit.sim import bulk as sim
 from gpuaudit.sim.workload import SCENARIOS
@@ -20,9 +20,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, d
     from gpuaudit.analysis import analyze
 
     out = {}
-    for name, (gpus, days, interval) in SIZES.items():
-        root = tmp_path_factory.mktemp(name)
-        sim.simulate(root, name, gpus, days, interval, seed=1, start=START)
+    for name in SIZES:
+        root, _ = scenario_dataset(tmp_path_factory, name)  # the simulator's tests read the same datasets
         if name == "phantom":  # one as a user runs it; the others in this process (the same code, faster)
             proc = run_cli("analyze", "--data", str(root), "--json")
             assert proc.returncode == 0, proc.stderr

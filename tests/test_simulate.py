@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from tests.helpers import SIZES, START, run_cli
+from tests.helpers import SIZES, START, run_cli, scenario_dataset
 
 from gpuaudit import schema
 from gpuaudit.errors import GpuauditError
@@ -29,9 +29,7 @@ class _Datasets(dict):
         self.factory = factory
 
     def __missing__(self, name: str) -> tuple[Path, sim.SimulationSummary]:
-        gpus, days, interval = SIZES[name]
-        root = self.factory.mktemp(name)
-        self[name] = root, sim.simulate(root, name, gpus, days, interval, seed=1, start=START)
+        self[name] = scenario_dataset(self.factory, name)
         return self[name]
 
 
