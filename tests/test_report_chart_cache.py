@@ -40,7 +40,7 @@ def _entries() -> list[Path]:
     return sorted(chartcache.cache_dir().glob(f"*{chartcache.SUFFIX}"))
 
 
-def test_a_rerun_reads_every_chart_from_the_cache_with_the_same_bytes_and_no_cache_neither_reads_nor_fills_it(
+def test_a_rerun_draws_only_the_charts_whose_data_changed_with_the_same_bytes_and_no_cache_ignores_the_cache(
     data: Path, tmp_path: Path, drawn: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     first, n = _report(data, tmp_path / "a")
@@ -50,23 +50,17 @@ def test_a_rerun_reads_every_chart_from_the_cache_with_the_same_bytes_and_no_cac
     drawn.clear()
     again, _ = _report(data, tmp_path / "b")
     assert drawn == [] and again == first
+    # A new price: the cost charts are drawn, not the utilization, the ledger or the heatmap.
+    price = tmp_path / "price.toml"
+    price.write_text("[cloud]\ninstance_usd_per_hour = 40.0\n")
+    _report(data, tmp_path / "priced", config=price)
+    assert 0 < len(drawn) < 2 * n
+    assert "utilization" not in drawn and "heatmap" not in drawn and "breakeven" in drawn
+    drawn.clear()
     _plant(0o600)  # entries the flag must not read: --no-cache draws every chart and writes none
     cold, _ = _report(data, tmp_path / "c", cache=False)
     assert cold == first and len(drawn) == 2 * n  # drawn, the same bytes as read from the cache
     assert all(p.read_text() == POISON for p in _entries())
-    capsys.readouterr()
-
-
-def test_a_new_price_redraws_only_the_charts_whose_data_changed(
-    data: Path, tmp_path: Path, drawn: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    _, n = _report(data, tmp_path / "a")
-    price = tmp_path / "price.toml"
-    price.write_text("[cloud]\ninstance_usd_per_hour = 40.0\n")
-    drawn.clear()
-    _report(data, tmp_path / "b", config=price)
-    assert 0 < len(drawn) < 2 * n  # the cost charts, not the utilization, the ledger or the heatmap
-    assert "utilization" not in drawn and "heatmap" not in drawn and "breakeven" in drawn
     capsys.readouterr()
 
 
