@@ -66,3 +66,13 @@ def test_only_cli_imports_cli() -> None:
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}: {n}" for n in names if n == "gpuaudit.cli" or n.startswith("gpuaudit.cli.")]
     assert offenders == []
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The XDG spec: a relative $XDG_CACHE_HOME is invalid. Found in review: the cache landed under the working
+    directory, wherever the report ran."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert paths.user_cache_dir() == tmp_path / ".cache" / "gpuaudit"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
+    assert paths.user_cache_dir() == tmp_path / "abs" / "gpuaudit"

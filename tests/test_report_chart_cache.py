@@ -105,6 +105,7 @@ def test_a_cache_entry_anyone_else_can_write_is_never_read(tmp_path: Path, drawn
     chartcache.cache_dir().chmod(0o700)
     target = tmp_path / "elsewhere.svg"
     target.write_text(POISON)
+    target.chmod(0o600)  # a target the checks would pass: only the link is refused
     for p in _entries():
         p.unlink()
         p.symlink_to(target)
@@ -126,3 +127,62 @@ def test_a_torn_entry_is_drawn_again_and_only_the_newest_entries_stay(
     newest = _entries()[-1]
     chartcache.save([("f" * 64, POISON)])
     assert _entries() == sorted([newest, chartcache.cache_dir() / f"{'f' * 64}{chartcache.SUFFIX}"])
+
+
+def test_a_directory_above_the_cache_others_can_write_turns_it_off(drawn: list[str]) -> None:
+    """Found in review: only the cache directory itself was checked. Whoever can write a directory above it can
+    swap the cache for a directory of theirs between the check and the read."""
+    clean = _draw()
+    _plant(0o600)
+    home = Path(os.environ["XDG_CACHE_HOME"])
+    home.chmod(0o777)
+    drawn.clear()
+    assert _draw() == clean and len(drawn) == 2
+    assert all(p.read_text() == POISON for p in _entries())  # nor written
+    home.chmod(0o1777)  # sticky, as /tmp: only an entry's owner can rename it
+    assert _draw() == [POISON, POISON]
+
+
+def test_missing_directories_above_the_cache_are_made_for_this_user_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new" / "cache"))
+    old = os.umask(0o002)  # a umask that would leave them group-writable
+    try:
+        chartcache.save([("a" * 64, POISON)])
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "new", tmp_path / "new" / "cache", chartcache.cache_dir().parent, chartcache.cache_dir()):
+        assert d.stat().st_mode & 0o777 == 0o700, d
+    assert _entries() == [chartcache.cache_dir() / f"{'a' * 64}{chartcache.SUFFIX}"]
+
+
+def test_a_fifo_under_an_entrys_name_is_drawn_over_not_waited_on(drawn: list[str]) -> None:
+    """Found in review: opening a planted FIFO blocked the report for ever."""
+    clean = _draw()
+    for p in _entries():
+        p.unlink()
+        os.mkfifo(p, 0o600)
+    drawn.clear()
+    assert _draw() == clean and len(drawn) == 2
+
+
+def test_a_matplotlibrc_does_not_change_a_drawing(drawn: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: the style was applied over the user's rc settings, so a run in a directory with a
+    matplotlibrc filled the cache with drawings that --no-cache would not give. Charts draw on matplotlib's
+    defaults: the bytes are the same wherever the report runs."""
+    import matplotlib
+
+    clean = [charts.draw(spec, narrow=n) for spec, n in JOBS]
+    monkeypatch.setitem(matplotlib.rcParams, "axes.linewidth", 5.0)  # what a matplotlibrc sets on import
+    monkeypatch.setitem(matplotlib.rcParams, "lines.linewidth", 7.0)
+    assert [charts.draw(spec, narrow=n) for spec, n in JOBS] == clean
+
+
+def test_drawing_code_that_cannot_be_identified_turns_the_cache_off(
+    drawn: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: an install without the sources' .py files raised FileNotFoundError."""
+    monkeypatch.setattr(chartcache, "_code_digest", lambda: None)
+    assert _draw() == [charts.draw(spec, narrow=n) for spec, n in JOBS]
+    assert not chartcache.cache_dir().exists()

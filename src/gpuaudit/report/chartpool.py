@@ -79,7 +79,7 @@ class ChartPool:
         from gpuaudit.report import chartcache
         from gpuaudit.report.charts import draw
 
-        keys, svgs = chartcache.load(jobs) if self._cache else ([], [None] * len(jobs))
+        keys, svgs = chartcache.load(jobs) if self._cache else (None, [None] * len(jobs))
         todo = [i for i, svg in enumerate(svgs) if svg is None]
         missing = [jobs[i] for i in todo]
         results: list[str | None] = [None] * len(missing)
@@ -99,7 +99,7 @@ class ChartPool:
             svg if svg is not None else draw(spec, narrow=narrow)
             for svg, (spec, narrow) in zip(results, missing, strict=True)
         ]
-        if self._cache:
+        if keys is not None:
             chartcache.save([(keys[i], svg) for i, svg in zip(todo, new, strict=True)])
         fresh = iter(new)
         return [svg if svg is not None else next(fresh) for svg in svgs]

@@ -85,8 +85,12 @@ def _figure(
     matplotlib.use("svg")
     from matplotlib.figure import Figure
 
-    ctx = matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"gpuaudit-{name}"})
+    ctx = matplotlib.rc_context()
     ctx.__enter__()
+    # matplotlib's defaults under our style, whatever a matplotlibrc (in the working directory, $MATPLOTLIBRC,
+    # $MPLCONFIGDIR) says: the same spec gives the same bytes anywhere (report/chartcache.py relies on it).
+    matplotlib.rcdefaults()
+    matplotlib.rcParams.update({**_STYLE, "svg.hashsalt": f"gpuaudit-{name}"})
     size = (_NARROW_WIDTH_IN, narrow_height_in or height_in) if _is_narrow() else (_WIDTH_IN, height_in)
     fig = Figure(figsize=size, layout="constrained")
     return fig, ctx

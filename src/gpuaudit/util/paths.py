@@ -25,7 +25,9 @@ _URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
 def user_cache_dir() -> Path:
     """This user's cache base, `$XDG_CACHE_HOME/gpuaudit` (default `~/.cache/gpuaudit`): what this machine keeps
     for itself (an s3:// dataset's rollups, drawn charts)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and ignored
+        base = str(Path.home() / ".cache")
     return Path(base) / "gpuaudit"
 
 
