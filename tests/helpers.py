@@ -42,22 +42,24 @@ def scenario_dataset(factory: pytest.TempPathFactory, name: str) -> tuple[Path, 
     """The scenario `name` at SIZES (seed 1, START) and its SimulationSummary: simulated once per test run and
     shared by every module and xdist worker that asks (the first builds it under a lock; the others wait and
     read it). Read-only for its users: only the rollup cache (a dot-directory no reader lists) is written."""
-    import fcntl
     import pickle
 
     from gpuaudit.sim import bulk as sim
+    from gpuaudit.util import atomic, locks
 
     base = factory.getbasetemp()
     shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "scenarios"
     shared.mkdir(exist_ok=True)
     root, kept = shared / name, shared / f"{name}.summary.pickle"
-    with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locks.held(shared / f"{name}.lock") as held:
+        assert held, f"cannot lock {shared / name}.lock"
         if not kept.exists():
             shutil.rmtree(root, ignore_errors=True)  # a worker killed half-way
             gpus, days, interval = SIZES[name]
-            kept.write_bytes(pickle.dumps(sim.simulate(root, name, gpus, days, interval, seed=1, start=START)))
+            summary = sim.simulate(root, name, gpus, days, interval, seed=1, start=START)
+            atomic.write_atomic(kept, pickle.dumps(summary))  # the mark that the dataset is whole
         return root, pickle.loads(kept.read_bytes())
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
