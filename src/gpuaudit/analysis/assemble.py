@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from gpuaudit import schema
 from gpuaudit.analysis import chargeback as cb
@@ -47,13 +48,14 @@ def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, 
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
              confidence: Confidence, consolidation: Consolidation | None, ledger: Ledger,
              applied: Applied, pools: tuple[Pool, ...] = (), pricing: Pricing | None = None,
-             composed: Composed | None = None) -> AnalysisResult:
-    """The AnalysisResult of one analysis."""
+             composed: Composed | None = None, holder_hours: pl.DataFrame | None = None) -> AnalysisResult:
+    """The AnalysisResult of one analysis; `holder_hours`: ut.holder_hours(roll) where the caller has it."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
     if composed is not None:
         costs_ = _blended(costs_)
-    charge = cb.chargeback(ut.holder_hours(roll), roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
+    hh = ut.holder_hours(roll) if holder_hours is None else holder_hours
+    charge = cb.chargeback(hh, roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
                            # waste in dollars has one price, the flexible one (an hour released saves it),
                            # as the report's phantom gap in dollars: one cloud price per use
                            float(costs_.cloud_flexible_usd_per_gpu_hour.value or 0.0),

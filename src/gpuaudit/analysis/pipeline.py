@@ -100,7 +100,8 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     _check_finite(t)
     tr = ut.trial(roll, t, cfg)
     me = measure(roll, tr, current=current, data_residency=data_residency, latency_share=share)
-    bd = ut.breakdowns(roll, t, me.demand, me.bucket_s)
+    hh = ut.holder_hours(roll)
+    bd = ut.breakdowns(roll, t, me.demand, me.bucket_s, hh)
     dq = data_quality(roll, t, tr, cfg, me.utilization.real_is_upper_bound, me.elastic)
     dq = dataclasses.replace(dq, warnings=dq.warnings + me.mapped.warnings)
     p = _priced(roll, applied, tr, me)
@@ -116,7 +117,7 @@ def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | No
     return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=me.measured, bucket_s=me.bucket_s,
                     sensitivity=sens, confidence=conf, consolidation=lever, ledger=me.ledger,
-                    applied=p.applied, pools=pools, pricing=p.pricing, composed=p.comp)
+                    applied=p.applied, pools=pools, pricing=p.pricing, composed=p.comp, holder_hours=hh)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -359,9 +359,9 @@ def _holder_table(hh: pl.DataFrame, key: list[str], name: str, label: str, descr
     return table(name, description, agg, cols, _SRC_HOLDERS)
 
 
-def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float) -> Breakdowns:
+def breakdowns(roll: Rollups, t: Totals, demand: pl.DataFrame, bucket_s: float, hh: pl.DataFrame) -> Breakdowns:
+    """`hh`: holder_hours(roll), computed once per run (the chargeback reads it too: seconds at fleet scale)."""
     g = roll.gpu_hours
-    hh = holder_hours(roll)
     per_user = _holder_table(hh, ["user"], "per_user", "user", "Held and real GPU-hours per user.")
     per_job = _holder_table(hh, ["job_id"], "per_job", "job", "Held and real GPU-hours per Slurm job.")
     per_pod = _holder_table(hh, ["k8s_namespace", "k8s_pod"], "per_pod", "pod",

@@ -203,6 +203,48 @@ def table_files(root: Path | str, table: str, excluded: Excluded | None = None
     return good, bad
 
 
+def tree_stamp(root: Path | str) -> str | None:
+    """A digest of everything table_files' answer for every table is a function of, without opening a file:
+    the root as given and resolved, and each entry of each table's host=*/date=*/ tree with its lstat identity
+    (type, size, mtime_ns, ctime_ns, inode; a link's target and the target's identity too). Any write to a file
+    moves its ctime (utime included: only the clock could hide one), a rename gives a new inode: equal stamps
+    mean the same files with the same bytes. A superset (names no listing reads are in it too): a stamp that
+    differs only costs the full listing. None for an s3:// root (its listing names every object's ETag)."""
+    if paths.as_url(root):
+        return None
+    h = hashlib.sha256(os.fsencode(str(root)) + b"\0" + os.fsencode(os.path.realpath(root)) + b"\n")
+    with readers.listing(Path(root)):
+        for table in schema.TABLES:
+            base = os.path.join(root, table)
+            h.update(f"[{table}]\0{os.path.realpath(base)}\n".encode())
+            _stamp_tree(h, base, depth=3)  # host=*, date=*, the partition's files
+    return h.hexdigest()
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}"
+
+
+def _stamp_tree(h: Any, path: str, depth: int) -> None:
+    try:
+        with os.scandir(path) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as err:
+        h.update(f"!{err.errno}\n".encode())
+        return
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+            h.update(os.fsencode(e.name) + f"\0{_identity(st)}\n".encode())
+            if e.is_symlink():
+                h.update(os.fsencode(os.readlink(e.path)) + f"\0{_identity(os.stat(e.path))}\n".encode())
+        except OSError as err:  # gone since the listing, or a dangling link: part of the stamp as it is
+            h.update(f"!{err.errno}\n".encode())
+        if depth > 1 and e.is_dir():  # table_files follows a linked host= or date= directory too
+            _stamp_tree(h, e.path, depth - 1)
+            h.update(b"/\n")
+
+
 # Listings and reruns of one query when the dataset keeps changing under it (readers.py): each rerun follows a
 # writer's publish, so this bounds a pathological writer, never a normal compaction.
 MAX_RELISTS = 50

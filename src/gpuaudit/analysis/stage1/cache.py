@@ -46,6 +46,7 @@ log = logging.getLogger("gpuaudit.analysis")
 _CACHE_VERSION = 1
 DIR = ".rollups"
 SUFFIX = ".rollup"
+STAMP_SUFFIX = ".stamp"  # a small file: a tree's stamp (store.reader.tree_stamp) -> the key of its entry
 _KEEP = 4  # entries kept per dataset (the newest)
 _FRAMES = ("gpu_hours", "demand", "holders", "elastic_gpus", "elastic_demand", "allocations")
 _TIME_RULE = "in the future"  # a reason conformance.row_checks gives for a ts it rejects relative to "now"
@@ -223,6 +224,10 @@ def evict(directory: Path, keep: int = _KEEP) -> None:
     for _, p in sorted(entries, reverse=True)[keep:]:
         with contextlib.suppress(OSError):
             p.unlink()
+    for p in directory.glob(f"*{STAMP_SUFFIX}"):  # a stamp of an entry removed: never of use again
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if not (directory / f"{p.read_text(encoding='ascii').strip()}{SUFFIX}").exists():
+                p.unlink()
 
 
 def note(message: str) -> None:
@@ -231,19 +236,60 @@ def note(message: str) -> None:
 
 @dataclasses.dataclass
 class _Lookup:
-    """One run's use of the cache: where, the code's identity, the key the listing before the run gave."""
+    """One run's use of the cache: where, the code's identity, the key the listing before the run gave, and
+    the tree's stamp before it (store.reader.tree_stamp; None on s3://)."""
 
     directory: Path
     code: str
     key: str
     hit: Rollups | None = None
+    stamp: str | None = None
 
 
 def lookup(root: Path | str) -> _Lookup:
+    """The entry of the snapshot at `root`, if any. First by the tree's stamp (no file opened: what a warm run
+    of a big dataset would otherwise spend reading footers), else by the full listing's key."""
+    from gpuaudit.store.reader import tree_stamp
+
     code = _code_digest()
-    key = key_of(identities(root, _listed_files(root)), code)
     directory = cache_dir(root)
-    return _Lookup(directory, code, key, load(directory, key))
+    stamp = tree_stamp(root)
+    key = _stamped(directory, stamp, code)
+    hit = load(directory, key) if key else None
+    if key and hit is not None:
+        return _Lookup(directory, code, key, hit, stamp)
+    key = key_of(identities(root, _listed_files(root)), code)
+    found = _Lookup(directory, code, key, load(directory, key), stamp)
+    if found.hit is not None:
+        remember(found, root, key)  # found by its listing (a copied dataset: new inodes): by its stamp next time
+    return found
+
+
+def _stamp_path(directory: Path, stamp: str, code: str) -> Path:
+    name = hashlib.sha256(f"{code}:{stamp}".encode()).hexdigest()[:32]
+    return directory / f"{name}{STAMP_SUFFIX}"
+
+
+def _stamped(directory: Path, stamp: str | None, code: str) -> str | None:
+    """The key a stamp file maps `stamp` to, or None (no stamp, none recorded, or not a key)."""
+    if stamp is None:
+        return None
+    try:
+        key = _stamp_path(directory, stamp, code).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return key if len(key) == 32 and all(c in "0123456789abcdef" for c in key) else None
+
+
+def remember(found: _Lookup, root: Path | str, key: str) -> None:
+    """Map the stamp taken at lookup to entry `key`, where the tree is still the one stamped then (no writer
+    changed it while the run listed or read it): the next run finds the entry without opening a file."""
+    from gpuaudit.store.reader import tree_stamp
+
+    if found.stamp is None or tree_stamp(root) != found.stamp:
+        return
+    with contextlib.suppress(OSError):  # read-only: the next run takes the full listing again
+        atomic.write_atomic(_stamp_path(found.directory, found.stamp, found.code), key)
 
 
 @dataclasses.dataclass(frozen=True)

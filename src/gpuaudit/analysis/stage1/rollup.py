@@ -110,7 +110,9 @@ def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
         after = rcache.identities(root, rcache.dataset_files(ds))
         if before == after and rcache.cacheable(roll):
             read = rcache.identities(root, [str(f) for fs in ds.files.values() for f in fs])
-            rcache.store(found.directory, rcache.key_of(after, found.code), roll, read, found.code, span)
+            key = rcache.key_of(after, found.code)
+            if rcache.store(found.directory, key, roll, read, found.code, span):
+                rcache.remember(found, root, key)
         return roll
 
 
