@@ -14,6 +14,9 @@ The key (whole snapshot: if any file changed, recompute):
   its key, size, ETag and LastModified;
 - the stage-1 code: the SQL files, the stage-1 modules, the reader's contract (conformance.py, schema.py), and
   CACHE_VERSION.
+A warm run finds the key without the listing: `<stamp digest>.stamp` maps the tree's stamp
+(store.reader.tree_stamp: lstat identities, no file opened) to the key, recorded only where the tree was the
+same before and after the run that found or made the entry. A stamp not recorded costs the full listing.
 An entry is one file `<key>.rollup` (a zip of Arrow IPC frames and meta.json) published with util/atomic.py:
 a reader sees a whole entry or none, two writers of one key publish the same thing. An entry is written only
 when the listing after the run equals the one before it (no writer changed the dataset meanwhile) and no row
