@@ -437,3 +437,25 @@ def test_the_stamp_never_hides_a_change(tmp_path: Path) -> None:
     frame.write_parquet(tmp_path / "new.parquet")  # the link's target re-written: the link itself unchanged
     assert not _hit(root), "a linked file's content is part of the stamp"
     _same_as_cold(root)
+
+
+def test_a_link_chain_moved_outside_the_root_changes_the_stamp(tmp_path: Path) -> None:
+    """29 (review): a file linked through a second link keeps its first link's text and its target's inode
+    when the middle link is pointed at a hard link of the same file outside the root; the listing then leaves
+    it out (outside the data root), so the stamp and the listing's key must both see where the chain ends (the
+    key had the same hole: a link's identity was its final target's). Found by an attacker review."""
+    root = _fleet(tmp_path / "data", days=2)
+    victim = sorted((root / schema.PROCESSES).rglob("*.parquet"))[0]
+    inside, outside = root / "store", tmp_path / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    shutil.move(victim, inside / victim.name)
+    os.link(inside / victim.name, outside / victim.name)
+    mid = root / "mid"
+    mid.symlink_to(inside)
+    victim.symlink_to(mid / victim.name)
+    _same_as_cold(root)
+    mid.unlink()
+    mid.symlink_to(outside)
+    assert not _hit(root), "the chain now ends outside the root"
+    _same_as_cold(root)

@@ -236,8 +236,9 @@ def _stamp_tree(h: Any, path: str, depth: int) -> None:
         try:
             st = e.stat(follow_symlinks=False)
             h.update(os.fsencode(e.name) + f"\0{_identity(st)}\n".encode())
-            if e.is_symlink():
-                h.update(os.fsencode(os.readlink(e.path)) + f"\0{_identity(os.stat(e.path))}\n".encode())
+            if e.is_symlink():  # where the whole chain ends (what _outside judges), and that file's identity
+                h.update(os.fsencode(os.readlink(e.path)) + b"\0" + os.fsencode(os.path.realpath(e.path))
+                         + f"\0{_identity(os.stat(e.path))}\n".encode())
         except OSError as err:  # gone since the listing, or a dangling link: part of the stamp as it is
             h.update(f"!{err.errno}\n".encode())
         if depth > 1 and e.is_dir():  # table_files follows a linked host= or date= directory too

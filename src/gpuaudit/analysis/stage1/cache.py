@@ -103,9 +103,13 @@ def _footer_digest(path: Path) -> str:
 def _local_identity(f: Path) -> list[Any]:
     try:
         st = os.stat(f)
+        linked = os.path.islink(f)
     except OSError as e:
         return [str(f), "missing", e.errno]
-    return [str(f), st.st_size, st.st_mtime_ns, _footer_digest(f)]
+    out: list[Any] = [str(f), st.st_size, st.st_mtime_ns, _footer_digest(f)]
+    # A link: where its chain ends too. The reader leaves out a link that ends outside the root, and a chain
+    # re-pointed at another name of the same file changes nothing else here.
+    return [*out, os.path.realpath(f)] if linked else out
 
 
 def _s3_identities(url: str) -> dict[str, list[Any]]:
