@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import os
+import stat
 import sys
 import zipfile
 from pathlib import Path
@@ -102,8 +103,10 @@ def _footer_digest(path: Path) -> str:
 
 def _local_identity(f: Path) -> list[Any]:
     try:
-        st = os.stat(f)
-        linked = os.path.islink(f)
+        st = os.lstat(f)
+        linked = stat.S_ISLNK(st.st_mode)
+        if linked:
+            st = os.stat(f)
     except OSError as e:
         return [str(f), "missing", e.errno]
     out: list[Any] = [str(f), st.st_size, st.st_mtime_ns, _footer_digest(f)]
@@ -263,7 +266,7 @@ def lookup(root: Path | str) -> _Lookup:
     stamp = tree_stamp(root)
     key = _stamped(directory, stamp, code)
     hit = load(directory, key) if key else None
-    if key and hit is not None:
+    if key is not None and hit is not None:
         return _Lookup(directory, code, key, hit, stamp)
     key = key_of(identities(root, _listed_files(root)), code)
     found = _Lookup(directory, code, key, load(directory, key), stamp)
