@@ -127,12 +127,12 @@ def test_a_bad_option_is_refused_before_the_dataset_is_read(root, monkeypatch) -
     from gpuaudit.errors import GpuauditError
 
     scanned: list[object] = []
-    real = pipeline.load_rollups
-    monkeypatch.setattr(pipeline, "load_rollups", lambda *a, **k: scanned.append(a) or real(*a, **k))
+    real = pipeline.load_keyed
+    monkeypatch.setattr(pipeline, "load_keyed", lambda *a, **k: scanned.append(a) or real(*a, **k))
     for bad in ({"latency_sensitive_share": 2.0}, {"egress_gb_per_week": -1.0},
                 {"latency_sensitive": True, "latency_sensitive_share": 0.5}):
         with pytest.raises(GpuauditError):
             pipeline.analyze(root, overrides=Overrides(**bad))  # type: ignore[arg-type]
     assert scanned == []
-    pipeline.analyze(root, overrides=Overrides(latency_sensitive_share=0.5))
+    pipeline.analyze(root, overrides=Overrides(latency_sensitive_share=0.5), cache=False)
     assert len(scanned) == 1  # a good option still reads the dataset

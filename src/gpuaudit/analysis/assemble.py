@@ -10,7 +10,6 @@ import math
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from gpuaudit import schema
 from gpuaudit.analysis import chargeback as cb
@@ -40,27 +39,24 @@ from gpuaudit.analysis.result import (
     Utilization,
 )
 from gpuaudit.analysis.scenarios import CostBlock, payback_against
-from gpuaudit.analysis.stage1.frames import Rollups
 
 
-def assemble(cfg: Config, *, root: str, now: dt.datetime | None, roll: Rollups, t: ut.Totals, trial: Trial,
+def assemble(cfg: Config, *, root: str, now: dt.datetime | None, t: ut.Totals, trial: Trial,
              utilization: Utilization, breakdowns: Breakdowns, data_quality: DataQuality,
              decision: Decision, block: CostBlock, measured: Measured, bucket_s: float, sensitivity: Sensitivity,
              confidence: Confidence, consolidation: Consolidation | None, ledger: Ledger,
              applied: Applied, pools: tuple[Pool, ...] = (), pricing: Pricing | None = None,
-             composed: Composed | None = None, holder_hours: pl.DataFrame | None = None) -> AnalysisResult:
-    """The AnalysisResult of one analysis; `holder_hours`: ut.holder_hours(roll) where the caller has it."""
+             composed: Composed | None = None, jobs: cb.JobBase, unheld_real_s: float) -> AnalysisResult:
+    """The AnalysisResult of one analysis; `jobs`, `unheld_real_s`: the chargeback's price-free inputs
+    (analysis/facts.py)."""
     tr, use, bd, dq, sens, conf = trial, utilization, breakdowns, data_quality, sensitivity, confidence
     costs_ = _costs(cfg, block, measured, tr.days, float(use.phantom_gpu_hours.value or 0.0))
     if composed is not None:
         costs_ = _blended(costs_)
-    hh = ut.holder_hours(roll) if holder_hours is None else holder_hours
-    charge = cb.chargeback(hh, roll.allocations, tr.start.timestamp(), tr.end.timestamp(),
-                           # waste in dollars has one price, the flexible one (an hour released saves it),
-                           # as the report's phantom gap in dollars: one cloud price per use
-                           float(costs_.cloud_flexible_usd_per_gpu_hour.value or 0.0),
-                           cb.unheld_real_s(roll.gpu_hours), _model_prices(pricing, composed,
-                                                                       costs_.cloud_flexible_usd_per_gpu_hour))
+    # waste in dollars has one price, the flexible one (an hour released saves it), as the report's phantom gap
+    # in dollars: one cloud price per use
+    charge = cb.priced_chargeback(jobs, float(costs_.cloud_flexible_usd_per_gpu_hour.value or 0.0), unheld_real_s,
+                                  _model_prices(pricing, composed, costs_.cloud_flexible_usd_per_gpu_hour))
     be = _break_even(block, t, use.real_is_upper_bound)
     hybrid = _hybrid(block, bucket_s)
     if composed is not None:  # several models: the sizing drawn is one pool's (the most held)

@@ -41,24 +41,30 @@ MIN_IDLE_HOURS = 1.0  # idle-jobs lists a job idle for at least this much wall t
 SRC = "gpu_allocations + gpu_processes attribution of gpu_samples GPU-hours"
 
 
-def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> pl.DataFrame:
-    spec = {"jkey": pl.String, "source": pl.String, "job": pl.String, "job_id_raw": pl.String, "a_user": pl.String,
-            "account": pl.String, "partition": pl.String, "a_namespace": pl.String, "allocated_s": pl.Float64,
-            "alloc_gpus": pl.Float64, "a_usd": pl.Float64}
+_JOBS = {"jkey": pl.String, "source": pl.String, "job": pl.String, "job_id_raw": pl.String, "a_user": pl.String,
+         "account": pl.String, "partition": pl.String, "a_namespace": pl.String, "allocated_s": pl.Float64,
+         "alloc_gpus": pl.Float64}
+
+
+def _alloc_jobs(alloc: pl.DataFrame | None, start_s: float, end_s: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per allocated job: its keys and allocated GPU-seconds; and per job per host its GPU-seconds (the weights
+    of its hosts' prices)."""
+    weights = pl.DataFrame(schema={"jkey": pl.String, "host": pl.String, "gpu_s": pl.Float64})
     if alloc is None or not alloc.height:
-        return pl.DataFrame(schema=spec)
+        return pl.DataFrame(schema=_JOBS), weights
     a = _with_jkey(alloc).with_columns(
         (pl.min_horizontal(pl.col("end_s"), pl.lit(end_s)) - pl.max_horizontal(pl.col("start_s"), pl.lit(start_s)))
         .clip(lower_bound=0.0).alias("dur_s"))
     a = a.sort(a.columns, nulls_last=True)  # a fixed order (see job_table)
-    return a.group_by("jkey", "source", "job_id", maintain_order=True).agg(
+    jobs = a.group_by("jkey", "source", "job_id", maintain_order=True).agg(
         pl.col("job_id_raw").drop_nulls().first(), pl.col("user").drop_nulls().first().alias("a_user"),
         pl.col("account").drop_nulls().first(), pl.col("partition").drop_nulls().first(),
         pl.col("namespace").drop_nulls().first().alias("a_namespace"),
         (pl.col("gpus") * pl.col("dur_s")).sum().alias("allocated_s"), pl.col("gpus").sum().alias("alloc_gpus"),
-        ((pl.col("gpus") * pl.col("dur_s") * pl.col("usd")).sum()
-         / (pl.col("gpus") * pl.col("dur_s")).sum()).fill_nan(None).alias("a_usd"),
-    ).with_columns(pl.col("job_id").alias("job")).select(list(spec)).cast(spec)  # type: ignore[arg-type]
+    ).with_columns(pl.col("job_id").alias("job")).select(list(_JOBS)).cast(_JOBS)  # type: ignore[arg-type]
+    by_host = a.group_by("jkey", "host", maintain_order=True).agg(
+        (pl.col("gpus") * pl.col("dur_s")).sum().cast(pl.Float64).alias("gpu_s"))
+    return jobs, by_host.cast(weights.schema)
 
 
 def _with_jkey(alloc: pl.DataFrame) -> pl.DataFrame:
@@ -81,15 +87,26 @@ def _owners(hh: pl.DataFrame, alloc: pl.DataFrame | None, jobs: pl.DataFrame, st
         "hid", keep="first", maintain_order=True).select("hid", "jkey")
 
 
-def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
-              prices: Prices | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per job: group keys, allocated/held/real/idle-held seconds and the $/GPU-h its idle part is priced at;
-    per job per hour: held/real seconds)."""
-    prices = prices or Prices(0.0)
-    jobs = _alloc_jobs(prices.on_hosts(alloc), start_s, end_s)
+@dataclass(frozen=True)
+class JobBase:
+    """The job table before any price: what no price moves (the matching of holders to jobs, the sums), and
+    the weights a price enters by. Stage 2 keeps it with the rollups' other price-free results (facts.py): a
+    re-run with another price prices it again and matches nothing. `allocated`: allocations were imported."""
+
+    jobs: pl.DataFrame  # per allocated job: keys, allocated_s, alloc_gpus
+    alloc_weights: pl.DataFrame  # per allocated job per host: gpu_s
+    held: pl.DataFrame  # per job holding GPUs: held/real/idle-held seconds, its processes' keys, gpus_used
+    held_weights: pl.DataFrame  # per job per GPU: held_s
+    tails: pl.DataFrame  # idle_tails: per job, the idle stretch after its last active hour
+    allocated: bool
+
+
+def job_base(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float) -> JobBase:
+    """The price-free part of job_table."""
+    jobs, alloc_weights = _alloc_jobs(alloc, start_s, end_s)
     # Rows in a fixed order and groups summed in it: the same dataset read from another copy (S3, a collection
     # target) lists its files in another order, and float sums must not differ in their last bits.
-    hh = prices.on_gpus(holder_hours.sort(holder_hours.columns, nulls_last=True))
+    hh = holder_hours.sort(holder_hours.columns, nulls_last=True)
     if "pod_uid" not in hh.columns:
         hh = hh.with_columns(pl.lit("").alias("pod_uid"))
     hh = hh.with_row_index("hid")
@@ -106,10 +123,29 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
                                                  pl.col("gpu_uuid").n_unique().alias("gpus"))
     held = hh.group_by("jkey", maintain_order=True).agg(
         pl.col("held_s", "real_s", "idle_held_s").sum(),
-        ((pl.col("held_s") * pl.col("usd")).sum() / pl.col("held_s").sum()).alias("p_usd"),
         pl.col("user").first().alias("p_user"), pl.col("k8s_namespace").first().alias("p_namespace"),
         pl.coalesce(pl.when(pl.col("job_id") != "").then(pl.col("job_id")), pod_key).first().alias("p_job"),
         pl.struct("gpu_uuid", "mig_instance").n_unique().alias("gpus_used"))
+    held_weights = hh.group_by("jkey", "gpu_uuid", maintain_order=True).agg(pl.col("held_s").sum())
+    return JobBase(jobs, alloc_weights, held, held_weights, idle_tails(per_hour),
+                   alloc is not None and alloc.height > 0)
+
+
+def _weighted(weights: pl.DataFrame, w: str, alias: str) -> pl.DataFrame:
+    """Per job: the mean of its `usd` column weighted by `w` (NaN where the weights sum to 0)."""
+    return weights.group_by("jkey", maintain_order=True).agg(
+        ((pl.col(w) * pl.col("usd")).sum() / pl.col(w).sum()).alias(alias))
+
+
+def priced_jobs(base: JobBase, prices: Prices) -> pl.DataFrame:
+    """The job table of `base` at `prices`: per job, its group keys, allocated/held/real/idle-held seconds and
+    the $/GPU-h its idle part is priced at (its GPUs' held-weighted price, else its hosts' allocation-weighted
+    one, else the default)."""
+    a_usd = _weighted(prices.on_hosts(base.alloc_weights), "gpu_s", "a_usd")
+    jobs = base.jobs.join(a_usd.with_columns(pl.col("a_usd").fill_nan(None)), on="jkey", how="left",
+                          maintain_order="left")
+    held = base.held.join(_weighted(prices.on_gpus(base.held_weights), "held_s", "p_usd"), on="jkey", how="left",
+                          maintain_order="left")
     out = jobs.join(held, on="jkey", how="full", coalesce=True)
     out = out.with_columns(
         pl.col("allocated_s", "held_s", "real_s", "idle_held_s").fill_null(0.0),
@@ -127,7 +163,15 @@ def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: f
     out = out.select("jkey", "source", "job", *KEYS, "allocated_s", "held_s", "real_s", "idle_held_s",
                      "alloc_gpus", "gpus_used", "usd")
     # Sorted once here, not in every _group_table call: the per-key sums then run in a fixed order.
-    return out.sort(out.columns, nulls_last=True), per_hour
+    return out.sort(out.columns, nulls_last=True)
+
+
+def job_table(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
+              prices: Prices | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per job: group keys, allocated/held/real/idle-held seconds and the $/GPU-h its idle part is priced at;
+    per job: its idle tail, idle_tails)."""
+    base = job_base(holder_hours, alloc, start_s, end_s)
+    return priced_jobs(base, prices or Prices(0.0)), base.tails
 
 
 def _group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_real_s: float) -> Table:
@@ -163,7 +207,22 @@ def _group_table(jobs: pl.DataFrame, by: str, usd_per_gpu_hour: float, unheld_re
                  tuple(rows.select([c.name for c in cols]).to_dicts()), SRC)
 
 
-def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
+def idle_tails(per_hour: pl.DataFrame) -> pl.DataFrame:
+    """Per job with an hour of SM activity: its last such hour, how many, and the idle tail after it (its wall
+    time and idle GPU-seconds). No price: idle_jobs prices it."""
+    ph = per_hour.with_columns((pl.col("real_s") >= _ZERO_UTIL_BELOW * pl.col("held_s")).alias("active")).sort(
+        "jkey", "hour_s")
+    last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
+                                                                  pl.len().alias("active_hours"))
+    # the idle tail's wall time: each clock hour's held seconds ÷ the GPUs held in it (a job idle for the first
+    # 15 minutes of a new hour idled 0.25 h, not the hour it touched)
+    tail = ph.join(last_active, on="jkey").filter(pl.col("hour_s") > pl.col("last_active_s")).group_by("jkey").agg(
+        (pl.col("held_s") / pl.max_horizontal(pl.col("gpus"), pl.lit(1))).sum().alias("idle_wall_s"),
+        (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))
+    return last_active.join(tail, on="jkey").sort("jkey")
+
+
+def idle_jobs(jobs: pl.DataFrame, tails: pl.DataFrame) -> Table:
     """Jobs that held (or were allocated) GPUs at 0 % SM activity for at least MIN_IDLE_HOURS of wall time, and
     jobs that went idle after an active stretch (the clock hours held after the last with SM activity ≥ 1 %, for
     at least MIN_IDLE_HOURS of wall time in all)."""
@@ -178,16 +237,7 @@ def idle_jobs(jobs: pl.DataFrame, per_hour: pl.DataFrame) -> Table:
         .otherwise(pl.lit("allocated, no process")).alias("reason"),
         (pl.max_horizontal("allocated_s", "held_s") / H).alias("idle_gpu_hours"),
         pl.lit(None, pl.Float64).alias("active_hours"))
-    ph = per_hour.with_columns((pl.col("real_s") >= _ZERO_UTIL_BELOW * pl.col("held_s")).alias("active")).sort(
-        "jkey", "hour_s")
-    last_active = ph.filter(pl.col("active")).group_by("jkey").agg(pl.col("hour_s").max().alias("last_active_s"),
-                                                                  pl.len().alias("active_hours"))
-    # the idle tail's wall time: each clock hour's held seconds ÷ the GPUs held in it (a job idle for the first
-    # 15 minutes of a new hour idled 0.25 h, not the hour it touched)
-    tail = ph.join(last_active, on="jkey").filter(pl.col("hour_s") > pl.col("last_active_s")).group_by("jkey").agg(
-        (pl.col("held_s") / pl.max_horizontal(pl.col("gpus"), pl.lit(1))).sum().alias("idle_wall_s"),
-        (pl.col("held_s") - pl.col("real_s")).sum().alias("tail_idle_s"))
-    went = real.join(last_active, on="jkey").join(tail, on="jkey").filter(
+    went = real.join(tails, on="jkey").filter(
         (pl.col("idle_wall_s") >= MIN_IDLE_HOURS * H - 1e-6) & ~pl.col("jkey").is_in(zero["jkey"].to_list())
     ).with_columns(pl.lit("idle after an active stretch").alias("reason"),
                    (pl.col("tail_idle_s") / H).alias("idle_gpu_hours"),
@@ -233,19 +283,23 @@ class Prices:
         return df.with_columns(pl.col("gpu_uuid").replace_strict(self.by_gpu, default=self.default,
                                                                  return_dtype=pl.Float64).alias("usd"))
 
-    def on_hosts(self, alloc: pl.DataFrame | None) -> pl.DataFrame | None:
-        if alloc is None:
-            return None
-        return alloc.with_columns(pl.col("host").replace_strict(self.by_host, default=self.default,
+    def on_hosts(self, df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("host").replace_strict(self.by_host, default=self.default,
                                                                 return_dtype=pl.Float64).alias("usd"))
 
 
 def chargeback(holder_hours: pl.DataFrame, alloc: pl.DataFrame | None, start_s: float, end_s: float,
                usd_per_gpu_hour: float, unheld_real_s: float, prices: Prices | None = None) -> Chargeback:
-    jobs, per_hour = job_table(holder_hours, alloc, start_s, end_s, prices or Prices(usd_per_gpu_hour))
+    return priced_chargeback(job_base(holder_hours, alloc, start_s, end_s), usd_per_gpu_hour, unheld_real_s, prices)
+
+
+def priced_chargeback(base: JobBase, usd_per_gpu_hour: float, unheld_real_s: float,
+                      prices: Prices | None = None) -> Chargeback:
+    """The chargeback tables of a job base at these prices."""
+    jobs = priced_jobs(base, prices or Prices(usd_per_gpu_hour))
     tables = {by: _group_table(jobs, by, usd_per_gpu_hour, unheld_real_s) for by in KEYS}
-    idle = idle_jobs(jobs, per_hour)
-    if alloc is None or not alloc.height:  # nothing imported: allocated is unknown, not 0 GPU-h
+    idle = idle_jobs(jobs, base.tails)
+    if not base.allocated:  # nothing imported: allocated is unknown, not 0 GPU-h
         tables = {k: _unknown_allocated(t) for k, t in tables.items()}
         idle = _unknown_allocated(idle)
     return Chargeback(usd_per_gpu_hour=usd_per_gpu_hour, by_account=tables["account"], by_user=tables["user"],

@@ -138,6 +138,25 @@ class Config:
         return dataclasses.replace(self, **{section: new})
 
 
+@dataclass(frozen=True)
+class Reading:
+    """The settings stage 2's reading of the rollups depends on (the trial, the data quality): none is a price.
+    The functions that read the rollups take this, never a Config, so stage 2's price-free results
+    (analysis/facts.py) are keyed by every setting they depend on and by no other."""
+
+    min_trial_hours: float
+    provisional_below_days: float
+    reevaluate_after_months: int
+    stopped_reporting_after_hours: float
+    fleet_gpus: int
+
+
+def reading(cfg: Config) -> Reading:
+    d, a = cfg.decision, cfg.analysis
+    return Reading(d.min_trial_hours, d.provisional_below_days, d.reevaluate_after_months,
+                   a.stopped_reporting_after_hours, a.fleet_gpus)
+
+
 # Units of the settings whose key does not end in one (see unit_of).
 _UNITS = {
     "cloud_below": "fraction", "on_prem_above": "fraction", "consolidation_target": "fraction",

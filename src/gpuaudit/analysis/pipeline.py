@@ -6,25 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpuaudit.analysis import facts
 from gpuaudit.analysis import ledger as lg
 from gpuaudit.analysis import utilization as ut
 from gpuaudit.analysis.assemble import assemble
 from gpuaudit.analysis.columns import GrowthColumns, TornadoColumns
-from gpuaudit.analysis.confidence import CostSample, bootstrap, daily, resample_index
+from gpuaudit.analysis.confidence import CostSample, bootstrap, resample_index
 from gpuaudit.analysis.config import Config, load_config
 from gpuaudit.analysis.consolidation import consolidate
 from gpuaudit.analysis.decision import branches_between, evaluate
 from gpuaudit.analysis.economics import Sensitivity
 from gpuaudit.analysis.figure import Table
 from gpuaudit.analysis.fleet import Measured, fleet, in_use_series, latency_floor
-from gpuaudit.analysis.measure import Measure, measure
+from gpuaudit.analysis.measure import Measure
 from gpuaudit.analysis.overrides import NONE, Applied, Overrides, apply
 from gpuaudit.analysis.plans import OWNING, packed_demand
 from gpuaudit.analysis.poolresult import pool_results
@@ -35,11 +35,8 @@ from gpuaudit.analysis.pools import (
     Pricing,
     compose,
     compose_draws,
-    pools_of,
     pricing,
-    subset,
 )
-from gpuaudit.analysis.quality import data_quality
 from gpuaudit.analysis.recommend import Evidence, keeps_what_you_have, recommend
 from gpuaudit.analysis.result import (
     AnalysisResult,
@@ -54,7 +51,7 @@ from gpuaudit.analysis.result import (
 from gpuaudit.analysis.rightsize import right_size
 from gpuaudit.analysis.scenarios import CostBlock, cost_block, cost_draws
 from gpuaudit.analysis.sensitivity import growth_table, tornado
-from gpuaudit.analysis.stage1.rollup import Rollups, load_rollups
+from gpuaudit.analysis.stage1.rollup import Rollups, load_keyed
 from gpuaudit.errors import GpuauditError
 
 _ENGINES = ("duckdb", "spark")  # what runs stage 1's SQL
@@ -71,53 +68,57 @@ def analyze(
 ) -> AnalysisResult:
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
     SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups.
-    `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot."""
+    `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot, and
+    stage 2 its price-free results kept for that entry (analysis/facts.py)."""
     if engine not in _ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(_ENGINES)}, got {engine!r}")
     # bad options fail before the scan (minutes on a large dataset), not after it
     applied = apply(config or load_config(), overrides)
+    k = facts.knobs(applied)
     if engine == "spark":
         from gpuaudit.analysis.stage1.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
 
-        roll = load_spark_rollups(root)
-    else:
-        roll = load_rollups(root, threads=threads, cache=cache)
-    return _stage2(roll, applied, root=str(root), now=None)
+        return _stage2(facts.read(load_spark_rollups(root), k, str(root)), applied, root=str(root), now=None)
+    if cache:
+        from gpuaudit.analysis.stage1 import cache as rcache
+
+        kept = facts.recall(rcache.known(root), k)  # a re-run of this snapshot: neither scan nor rollups read
+        if kept is not None:
+            facts.say(kept)
+            return _stage2(kept, applied, root=str(root), now=None)
+    roll, token = load_keyed(root, threads=threads, cache=cache)
+    f = facts.recall(token, k)
+    if f is None:
+        f = facts.read(roll, k, str(root))
+        facts.keep(token, k, f)
+    return _stage2(f, applied, root=str(root), now=None)
 
 
 def analyze_rollups(roll: Rollups, cfg: Config, overrides: Overrides = NONE, *, root: str = "",
                     now: dt.datetime | None = None) -> AnalysisResult:
     """Stage 2 from rollups already read: no I/O."""
-    return _stage2(roll, apply(cfg, overrides), root=root, now=now)
+    applied = apply(cfg, overrides)
+    return _stage2(facts.read(roll, facts.knobs(applied), root), applied, root=root, now=now)
 
 
-def _stage2(roll: Rollups, applied: Applied, *, root: str, now: dt.datetime | None) -> AnalysisResult:
-    """Stage 2: everything from the rollups. The steps, in order; assemble() shapes the result."""
-    cfg, current, data_residency = applied.cfg, applied.current, applied.data_residency
+def _stage2(f: facts.Facts, applied: Applied, *, root: str, now: dt.datetime | None) -> AnalysisResult:
+    """Stage 2 from the rollups' price-free reading: the steps, in order; assemble() shapes the result."""
+    cfg, t, tr, me, bd, dq = applied.cfg, f.totals, f.trial, f.me, f.breakdowns, f.data_quality
     share = cfg.decision.latency_sensitive_share
-    ut.check_enough(roll, cfg, root)
-    t = ut.totals(roll)
-    _check_finite(t)
-    tr = ut.trial(roll, t, cfg)
-    me = measure(roll, tr, current=current, data_residency=data_residency, latency_share=share)
-    hh = ut.holder_hours(roll)
-    bd = ut.breakdowns(roll, t, me.demand, me.bucket_s, hh)
-    dq = data_quality(roll, t, tr, cfg, me.utilization.real_is_upper_bound, me.elastic)
-    dq = dataclasses.replace(dq, warnings=dq.warnings + me.mapped.warnings)
-    p = _priced(roll, applied, tr, me)
+    p = _priced(f, applied)
     cfg, block = p.applied.cfg, p.block
     use = lg.believed(me.utilization, me.ledger, block.break_even.measured_billed)
     inputs = _decision_inputs(p.applied, t, share)
-    days = daily(roll.gpu_hours, tr.start.timestamp(), tr.days)
-    sample, conf = _confidence(p, me.measured, days, inputs, use.real_is_upper_bound)
+    sample, conf = _confidence(p, me.measured, f.days, inputs, use.real_is_upper_bound)
     sens = _sensitivity(p, sample)
     decision = _decision(p, t, tr, inputs, conf, dq, sens, sample, use.real_is_upper_bound)
     lever = _consolidation(cfg, block, me.measured, decision, t, bd)
-    pools = _pools(roll, tr, p, days, decision, inputs)
-    return assemble(cfg, root=root, now=now, roll=roll, t=t, trial=tr, utilization=use, breakdowns=bd,
+    pools = _pools(f, p, decision, inputs)
+    return assemble(cfg, root=root, now=now, t=t, trial=tr, utilization=use, breakdowns=bd,
                     data_quality=dq, decision=decision, block=block, measured=me.measured, bucket_s=me.bucket_s,
                     sensitivity=sens, confidence=conf, consolidation=lever, ledger=me.ledger,
-                    applied=p.applied, pools=pools, pricing=p.pricing, composed=p.comp, holder_hours=hh)
+                    applied=p.applied, pools=pools, pricing=p.pricing, composed=p.comp, jobs=f.jobs,
+                    unheld_real_s=f.unheld_real_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,15 +137,13 @@ class _Priced:
     build: Callable[[Config, float], CostBlock]
 
 
-def _priced(roll: Rollups, applied: Applied, tr: Trial, me: Measure) -> _Priced:
+def _priced(f: facts.Facts, applied: Applied) -> _Priced:
     """The fleet priced: pool by pool at each model's prices when it holds several models, else at the one."""
-    cfg, measured = applied.cfg, me.measured
-    specs = pools_of(roll)
+    cfg, measured, specs = applied.cfg, f.me.measured, f.specs
     pr = pricing(cfg, specs)
     if pr.many:
         fleet(cfg, measured)  # a stated fleet smaller than the GPUs seen fails here, in the fleet's own terms
-        pool_me = [measure(subset(roll, sp), tr, current=applied.current, data_residency=applied.data_residency,
-                           latency_share=cfg.decision.latency_sensitive_share) for sp in specs]
+        pool_me = list(f.pool_me)
         parts = [Part(sp, pr.config(i), pm.measured) for i, (sp, pm) in enumerate(zip(specs, pool_me, strict=True))]
         composed = compose(cfg, parts, measured)
 
@@ -164,7 +163,7 @@ def _priced(roll: Rollups, applied: Applied, tr: Trial, me: Measure) -> _Priced:
     def build_one(c: Config, growth: float) -> CostBlock:
         return cost_block(c, measured, growth, what_if=False)
 
-    return _Priced(dataclasses.replace(applied, cfg=cfg), pr, specs, [me],
+    return _Priced(dataclasses.replace(applied, cfg=cfg), pr, specs, [f.me],
                    [Part(specs[0], cfg, measured)] if specs else [], None, block, build_one)
 
 
@@ -231,13 +230,11 @@ def _decision(p: _Priced, t: ut.Totals, tr: Trial, inputs: DecisionInputs, conf:
     return decision
 
 
-def _pools(roll: Rollups, tr: Trial, p: _Priced, days: Any, decision: Decision,
-           inputs: DecisionInputs) -> tuple[Pool, ...]:
+def _pools(f: facts.Facts, p: _Priced, decision: Decision, inputs: DecisionInputs) -> tuple[Pool, ...]:
     """One result per GPU-model pool, each with its right-sizing lever."""
     pr = p.pricing
-    pool_hours = [subset(roll, sp).gpu_hours for sp in p.specs] if pr.many else [roll.gpu_hours]
-    pool_days = [daily(h, tr.start.timestamp(), tr.days) for h in pool_hours] if pr.many else [days]
-    sizes = [right_size(pr, part.spec.key, part.cfg, h) for part, h in zip(p.parts, pool_hours, strict=False)]
+    pool_days = list(f.pool_days) if pr.many else [f.days]
+    sizes = [right_size(pr, part.spec.key, part.cfg, inp) for part, inp in zip(p.parts, f.sizing, strict=False)]
     return pool_results(pr, p.parts, p.pool_me, pool_days, p.comp, p.block, decision, inputs, sizes)
 
 
@@ -250,14 +247,6 @@ def _consolidation(cfg: Config, block: CostBlock, m: Measured, decision: Any, t:
     return consolidate(rec, block.scenarios, float(in_use.max()) if in_use is not None and in_use.size else 0.0,
                        cfg.analysis.consolidation_target, block.fleet.existing, t.runtime_utilization,
                        t.s / t.r if t.r > 0 else None, t.idle_held, bd.per_user, floor)
-
-
-def _check_finite(t: ut.Totals) -> None:
-    """NaN or infinity in the data would make every figure meaningless: refuse with one line."""
-    bad = [k for k, v in vars(t).items() if isinstance(v, float) and not math.isfinite(v)]
-    if bad:
-        raise GpuauditError(f"the data holds non-finite values (NaN or infinity) in {', '.join(bad)}: check the "
-                            "files `gpuaudit sql` lists for them")
 
 
 def _cost_sample(cfg: Config, m: Measured, block: CostBlock, days: Any, resamples: int, seed: int,

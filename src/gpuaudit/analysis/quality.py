@@ -8,7 +8,7 @@ import math
 import polars as pl
 
 from gpuaudit.analysis.columns import GpuCoverageColumns
-from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.config import Reading
 from gpuaudit.analysis.figure import Figure, TableColumn
 from gpuaudit.analysis.result import DataQuality, Trial
 from gpuaudit.analysis.stage1.frames import Rollups
@@ -28,14 +28,14 @@ _GPUS_COLUMNS = (
 )
 
 
-def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
+def data_quality(roll: Rollups, t: Totals, tr: Trial, rd: Reading, upper: bool,
                  el: Elastic | None = None) -> DataQuality:
     el = el or NO_ELASTIC
-    per = _per_gpu(roll, t, tr, cfg, el)
+    per = _per_gpu(roll, t, tr, rd, el)
     stopped = tuple(sorted(per.filter(pl.col("stopped_reporting"))["gpu"].to_list()))
-    coverage, capacity = _coverage(t, cfg, el)
+    coverage, capacity = _coverage(t, rd, el)
     warnings = [
-        *_provisional_warning(tr, cfg),
+        *_provisional_warning(tr, rd),
         *_upper_bound_warning(t, upper),
         *_stopped_warning(stopped),
         *_energy_warning(t),
@@ -64,11 +64,11 @@ def data_quality(roll: Rollups, t: Totals, tr: Trial, cfg: Config, upper: bool,
     )
 
 
-def _per_gpu(roll: Rollups, t: Totals, tr: Trial, cfg: Config, el: Elastic) -> pl.DataFrame:
+def _per_gpu(roll: Rollups, t: Totals, tr: Trial, rd: Reading, el: Elastic) -> pl.DataFrame:
     """Coverage, gap hours and whether it stopped reporting, per GPU (MIG slice)."""
     start, end = tr.start.timestamp(), tr.end.timestamp()
     window_hours = slot_index(end) - math.floor(start / H) + 1
-    stop_after = cfg.analysis.stopped_reporting_after_hours * H
+    stop_after = rd.stopped_reporting_after_hours * H
     elastic = pl.col("gpu_uuid").is_in(list(el.uuids))
     return (
         roll.gpu_hours.group_by("host", "gpu_uuid", "mig_instance")
@@ -91,13 +91,13 @@ def _per_gpu(roll: Rollups, t: Totals, tr: Trial, cfg: Config, el: Elastic) -> p
     )
 
 
-def _coverage(t: Totals, cfg: Config, el: Elastic) -> tuple[float, float]:
+def _coverage(t: Totals, rd: Reading, el: Elastic) -> tuple[float, float]:
     """W ÷ (capacity × trial hours), and the capacity: the configured fleet when it is given, else the GPUs seen."""
-    capacity = cfg.analysis.fleet_gpus or t.gpu_equivalents
+    capacity = rd.fleet_gpus or t.gpu_equivalents
     coverage = t.w / (capacity * t.trial_hours) if t.trial_hours > 0 else 0.0
     if el.equivalents > 0:  # over the steady GPUs only: elastic ones are covered whenever they exist
         seen = t.gpu_equivalents - el.equivalents
-        capacity = max(cfg.analysis.fleet_gpus - el.peak, seen) if cfg.analysis.fleet_gpus else seen
+        capacity = max(rd.fleet_gpus - el.peak, seen) if rd.fleet_gpus else seen
         w = t.w - el.observed_gpu_hours
         coverage = w / (capacity * t.trial_hours) if capacity > 1e-9 and t.trial_hours > 0 else 1.0
     return coverage, capacity
@@ -109,10 +109,10 @@ def short_trial_text(days: float, provisional_below_days: float) -> str:
             "(decision.provisional_below_days)")
 
 
-def _provisional_warning(tr: Trial, cfg: Config) -> list[str]:
+def _provisional_warning(tr: Trial, rd: Reading) -> list[str]:
     if not tr.provisional:
         return []
-    return [short_trial_text(tr.days, cfg.decision.provisional_below_days) + ": the decision is provisional"]
+    return [short_trial_text(tr.days, rd.provisional_below_days) + ": the decision is provisional"]
 
 
 def _upper_bound_warning(t: Totals, upper: bool) -> list[str]:

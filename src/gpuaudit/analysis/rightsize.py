@@ -12,6 +12,8 @@ throughput ratio says.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -42,19 +44,34 @@ def _target_config(pr: Pricing, key: str) -> Config | None:
     )
 
 
-def right_size(pr: Pricing, key: str, cfg: Config, gpu_hours: pl.DataFrame) -> RightSize | None:
-    """The lever for the pool of model `key` priced at `cfg`, from its GPU-hours (None: no throughput figure)."""
-    own = pr.base.models.get(key)
-    if own is None or not own.dense_fp16_tflops:
-        return None
-    headroom = pr.base.analysis.right_size_headroom
-    price = costs.cloud_prices(cfg).flexible
+@dataclass(frozen=True)
+class SizeInput:
+    """What the lever reads of a pool's GPU-hours, per held whole-GPU hour: hours held, SM activity while held,
+    peak memory (NaN: unknown). No price: kept with stage 2's other price-free results (facts.py)."""
+
+    held_h: np.ndarray
+    act: np.ndarray
+    mem: np.ndarray
+
+
+def size_input(gpu_hours: pl.DataFrame) -> SizeInput:
     g = gpu_hours.filter((pl.col("mig_instance") < 0) & (pl.col("held_s") > 0))
     held_h = g["held_s"].to_numpy().astype(float) / 3600.0
     act = g["real_held_s"].fill_null(0.0).to_numpy().astype(float) / np.maximum(
         g["held_s"].to_numpy().astype(float), 1e-12
     )
     mem = g["max_mem_used_bytes"].to_numpy().astype(float) if g.height else np.zeros(0)
+    return SizeInput(held_h, act, mem)
+
+
+def right_size(pr: Pricing, key: str, cfg: Config, inp: SizeInput) -> RightSize | None:
+    """The lever for the pool of model `key` priced at `cfg`, from its GPU-hours (None: no throughput figure)."""
+    own = pr.base.models.get(key)
+    if own is None or not own.dense_fp16_tflops:
+        return None
+    headroom = pr.base.analysis.right_size_headroom
+    price = costs.cloud_prices(cfg).flexible
+    held_h, act, mem = inp.held_h, inp.act, inp.mem
     known = np.isfinite(mem)
 
     candidates: list[tuple[float, str, float, int, float]] = []  # (price, key, tflops, memory, ratio)

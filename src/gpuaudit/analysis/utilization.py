@@ -20,7 +20,7 @@ from gpuaudit.analysis.columns import (
     PerWeekColumns,
     WrsColumns,
 )
-from gpuaudit.analysis.config import Config
+from gpuaudit.analysis.config import Reading
 from gpuaudit.analysis.figure import Figure, Table, TableColumn
 from gpuaudit.analysis.result import Breakdowns, Trial, Utilization
 from gpuaudit.analysis.stage1.frames import Rollups
@@ -119,7 +119,7 @@ def table(name: str, description: str, df: pl.DataFrame, columns: tuple[TableCol
     return Table(name=name, description=description, columns=columns, rows=rows, source=source)
 
 
-def check_enough(roll: Rollups, cfg: Config, root: str) -> None:
+def check_enough(roll: Rollups, rd: Reading, root: str) -> None:
     g = roll.gpu_hours
     if g.height == 0 or float(g["observed_s"].sum() or 0) <= 0:
         raise NoDataError(
@@ -127,10 +127,10 @@ def check_enough(roll: Rollups, cfg: Config, root: str) -> None:
             "or `gpuaudit simulate`)"
         )
     span_h = (_num(g["last_s"].max()) - _num(g["first_s"].min())) / H
-    if span_h < cfg.decision.min_trial_hours:
+    if span_h < rd.min_trial_hours:
         raise NoDataError(
             f"the trial in {root} covers only {span_h * 60:.0f} minutes; at least "
-            f"{cfg.decision.min_trial_hours:g} h of samples are needed (decision.min_trial_hours), and 90 days "
+            f"{rd.min_trial_hours:g} h of samples are needed (decision.min_trial_hours), and 90 days "
             "for a firm decision"
         )
 
@@ -206,7 +206,7 @@ def day_of(seconds: np.ndarray, start_s: float, days: float) -> np.ndarray:
     return np.clip((np.asarray(seconds, dtype=float) - first) // 86400, 0, last).astype(np.int64)
 
 
-def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
+def trial(roll: Rollups, t: Totals, rd: Reading) -> Trial:
     g = roll.gpu_hours
     start, end = _ts(_num(g["first_s"].min())), _ts(_num(g["last_s"].max()))
     days = (end - start).total_seconds() / 86400
@@ -214,8 +214,8 @@ def trial(roll: Rollups, t: Totals, cfg: Config) -> Trial:
     observed_days = g.select(day_index(pl.col("hour_s"), start.timestamp(), days).n_unique()).item()
     return Trial(
         start=start, end=end, days=days, observed_days=int(observed_days),
-        provisional=days < cfg.decision.provisional_below_days,
-        reevaluate_on=_add_months(end.date(), cfg.decision.reevaluate_after_months),
+        provisional=days < rd.provisional_below_days,
+        reevaluate_on=_add_months(end.date(), rd.reevaluate_after_months),
         gpus=int(g["gpu_uuid"].n_unique()), gpu_equivalents=t.gpu_equivalents, hosts=int(g["host"].n_unique()),
         sources=tuple(sources), samples=int(g["samples"].sum()),
     )

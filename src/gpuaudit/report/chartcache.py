@@ -12,24 +12,17 @@ Where: `$XDG_CACHE_HOME/gpuaudit/charts/` (util.paths.user_cache_dir), this user
 dataset's directory: an entry is pasted into report.html as markup, so whoever can write an entry can put
 script into the report. An entry is used only from a directory and a file owned by this user and writable by
 no one else, below directories that only this user or root can change (or sticky ones): a shared or planted
-cache is neither read nor written, and no part of its path can be swapped between a check and a use. Files are
-opened without following a link or waiting on a FIFO. A cache that cannot be used or written costs only the
-drawing. KEEP entries stay (the newest used)."""
+cache is neither read nor written (util/privcache.py owns these rules). A cache that cannot be used or written
+costs only the drawing. KEEP entries stay (the newest used)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from gpuaudit.report.model import ChartSpec
-from gpuaudit.util import atomic, paths
-
-log = logging.getLogger("gpuaudit.report")
+from gpuaudit.util import privcache
 
 _VERSION = 1
 SUFFIX = ".svg"
@@ -39,8 +32,11 @@ _MAX_BYTES = 8 << 20  # no drawing comes near this; a larger file is not ours
 Job = tuple[ChartSpec, bool]  # the spec, and whether it is drawn for a phone's width
 
 
+_CACHE = privcache.PrivateCache("charts", SUFFIX, _MAX_BYTES)
+
+
 def cache_dir() -> Path:
-    return paths.user_cache_dir() / "charts"
+    return _CACHE.directory()
 
 
 def _code_digest() -> str | None:
@@ -70,101 +66,27 @@ def keys(jobs: Sequence[Job]) -> list[str] | None:
     return [hashlib.sha256(f"{code}\0{narrow}\0{spec!r}".encode()).hexdigest() for spec, narrow in jobs]
 
 
-def _trusted(st: os.stat_result) -> bool:
-    """Owned by this user and writable by no one else."""
-    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
-def _safe_ancestor(st: os.stat_result) -> bool:
-    """A directory above the cache that no one but this user and root can rename things in (or one with the
-    sticky bit, /tmp's, where only an entry's owner can)."""
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()):
-        return False
-    return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or bool(st.st_mode & stat.S_ISVTX)
-
-
-def _makedirs(d: Path) -> None:
-    """`d` and any missing directory above it, each created 0o700 (mkdir's parents would take the umask's
-    mode: a group-writable parent lets the group swap the cache for its own)."""
-    missing = []
-    while not d.exists():
-        missing.append(d)
-        d = d.parent
-    for p in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            p.mkdir(mode=0o700)
-
-
-def _usable_dir(create: bool) -> Path | None:
-    """The cache directory, resolved, where it and every directory above it are safe: then nobody else can
-    rename, replace or redirect any part of the paths used below between a check and a use."""
+def _read(d: Path, key: str) -> str | None:
+    data = _CACHE.read(d, key)
     try:
-        if create:
-            _makedirs(cache_dir())
-        d = cache_dir().resolve(strict=True)
-        st = os.lstat(d)
-        chain = [os.lstat(p) for p in d.parents]
-    except OSError:
+        text = data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or not _trusted(st) or not all(map(_safe_ancestor, chain)):
-        log.debug("chart cache %s is not this user's alone: not used", d)
+    if text is None or not text.startswith("<?xml") or "</svg>" not in text[-64:]:  # torn or foreign: drawn again
         return None
-    return d
-
-
-def _read(path: Path) -> str | None:
-    try:  # never through a link; never blocked by a FIFO planted under the name
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _trusted(st) or st.st_size > _MAX_BYTES:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            text = f.read(_MAX_BYTES + 1).decode("utf-8")
-        if not text.startswith("<?xml") or "</svg>" not in text[-64:]:  # torn or foreign: drawn again
-            return None
-        with contextlib.suppress(OSError):
-            os.utime(fd)  # recently used: kept by the pruning
-        return text
-    except (OSError, UnicodeDecodeError):
-        return None
-    finally:
-        os.close(fd)
+    return text
 
 
 def load(jobs: Sequence[Job]) -> tuple[list[str] | None, list[str | None]]:
     """Each job's key (None: no cache, the drawing code cannot be identified), and its cached SVG (None where
     there is none to use)."""
     ks = keys(jobs)
-    d = _usable_dir(create=False) if ks is not None else None
+    d = _CACHE.usable_dir(create=False) if ks is not None else None
     if ks is None or d is None:
         return ks, [None] * len(jobs)
-    return ks, [_read(d / f"{k}{SUFFIX}") for k in ks]
+    return ks, [_read(d, k) for k in ks]
 
 
 def save(items: Sequence[tuple[str, str]]) -> None:
     """Keep each (key, svg) drawn now; then only the KEEP most recently used entries."""
-    if not items:
-        return
-    d = _usable_dir(create=True)
-    if d is None:
-        return
-    try:
-        for k, svg in items:
-            atomic.write_atomic(d / f"{k}{SUFFIX}", svg, mode=0o600)
-        _prune(d)
-    except OSError as e:  # a full disk: the next report draws again
-        log.debug("chart cache %s not written: %s", d, e)
-
-
-def _prune(d: Path) -> None:
-    entries = []
-    for p in d.glob(f"*{SUFFIX}"):
-        with contextlib.suppress(OSError):
-            entries.append((os.lstat(p).st_mtime_ns, p))
-    entries.sort(reverse=True)
-    for _, p in entries[KEEP:]:
-        with contextlib.suppress(OSError):
-            p.unlink()
+    _CACHE.save(items, KEEP)

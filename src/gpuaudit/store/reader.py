@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import operator
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -225,25 +227,31 @@ def _identity(st: os.stat_result) -> str:
     return f"{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}"
 
 
+_BY_NAME = operator.attrgetter("name")
+
+
 def _stamp_tree(h: Any, path: str, depth: int) -> None:
     try:
         with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = sorted(it, key=_BY_NAME)
     except OSError as err:
         h.update(f"!{err.errno}\n".encode())
         return
+    lines: list[str] = []  # one update per directory (names kept as bytes by fsencode's surrogateescape)
     for e in entries:
         try:
             st = e.stat(follow_symlinks=False)
-            h.update(os.fsencode(e.name) + f"\0{_identity(st)}\n".encode())
-            if e.is_symlink():  # where the whole chain ends (what _outside judges), and that file's identity
-                h.update(os.fsencode(os.readlink(e.path)) + b"\0" + os.fsencode(os.path.realpath(e.path))
-                         + f"\0{_identity(os.stat(e.path))}\n".encode())
+            lines.append(f"{e.name}\0{_identity(st)}\n")
+            if stat.S_ISLNK(st.st_mode):  # where the whole chain ends (what _outside judges), and that file's identity
+                lines.append(f"{os.readlink(e.path)}\0{os.path.realpath(e.path)}\0{_identity(os.stat(e.path))}\n")
         except OSError as err:  # gone since the listing, or a dangling link: part of the stamp as it is
-            h.update(f"!{err.errno}\n".encode())
+            lines.append(f"!{err.errno}\n")
         if depth > 1 and e.is_dir():  # table_files follows a linked host= or date= directory too
+            h.update(os.fsencode("".join(lines)))
+            lines = []
             _stamp_tree(h, e.path, depth - 1)
-            h.update(b"/\n")
+            lines.append("/\n")
+    h.update(os.fsencode("".join(lines)))
 
 
 # Listings and reruns of one query when the dataset keeps changing under it (readers.py): each rerun follows a

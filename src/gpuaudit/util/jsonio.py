@@ -18,6 +18,19 @@ from typing import Any
 
 from gpuaudit.util.textsafe import printable
 
+try:  # the `full` install's encoder (C): a fleet's result document is tens of MB; the agent's base install has none
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by the agent-only install
+    _orjson = None  # type: ignore[assignment]
+
+
+def _rich_default(obj: Any) -> Any:
+    """What orjson hands back of a rich document: dataclasses, in their JSON_FIELDS order as plain() has them."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = getattr(type(obj), "JSON_FIELDS", None) or [f.name for f in dataclasses.fields(obj)]
+        return {name: getattr(obj, name) for name in names}
+    raise TypeError(type(obj).__name__)
+
 
 def plain(obj: Any, *, rich: bool = False, maps: bool = False, default: Callable[[Any], Any] | None = None) -> Any:
     """`obj` with every non-finite float (NaN, ±inf; numpy floats too) as None, tuples as lists and numpy
@@ -25,8 +38,21 @@ def plain(obj: Any, *, rich: bool = False, maps: bool = False, default: Callable
     as dicts (field order, or the class's JSON_FIELDS), datetimes as ISO 8601 UTC ("Z"), dates as ISO, dict keys
     as strings. `maps` (query results): a list of (key, value) pairs, DuckDB's MAP, as an object, a key that is
     not a string JSON-encoded (with `default` for what JSON lacks)."""
+    if rich and not maps and _orjson is not None and (
+            isinstance(obj, dict | list | tuple) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type))):
+        # The same walk in C, ~10x faster: through JSON and back (floats round-trip exactly; NaN and infinity
+        # become null). Anything it does not take as plain() does (a key that is not a string, an integer
+        # beyond 64 bits, an object of no JSON type) falls back to the walk below.
+        try:
+            return _orjson.loads(_orjson.dumps(obj, default=_rich_default, option=_RICH))
+        except TypeError:
+            pass
+    return _walk(obj, rich=rich, maps=maps, default=default)
+
+
+def _walk(obj: Any, *, rich: bool, maps: bool, default: Callable[[Any], Any] | None) -> Any:
     def again(v: Any) -> Any:
-        return plain(v, rich=rich, maps=maps, default=default)
+        return _walk(v, rich=rich, maps=maps, default=default)
 
     if isinstance(obj, float):
         return (float(obj) if rich else obj) if math.isfinite(obj) else None
@@ -51,6 +77,12 @@ def plain(obj: Any, *, rich: bool = False, maps: bool = False, default: Callable
     if type(obj).__module__ == "numpy" and hasattr(obj, "item"):  # numpy scalars that are not float subclasses
         return again(obj.item())
     return obj
+
+
+# Datetimes in C too (a fleet's tables hold hundreds of thousands): naive ones read as UTC and UTC written "Z",
+# as plain() writes them; gpuaudit's datetimes are all UTC (its storage rule), the one case where both agree.
+_RICH = (0 if _orjson is None else _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_NAIVE_UTC | _orjson.OPT_UTC_Z
+         | _orjson.OPT_SERIALIZE_NUMPY)
 
 
 def finite(obj: Any) -> Any:
@@ -92,6 +124,11 @@ def json_escaped(text: str) -> str:
 def json_text(obj: Any, **kwargs: Any) -> str:
     """`dumps` (never NaN / Infinity) with non-ASCII text kept readable and unsafe characters escaped: JSON
     for people and files (report.json, `analyze --json`)."""
+    if _orjson is not None and kwargs == {"indent": 2}:  # a document for files and people: report.json, --json
+        try:  # orjson: the same document (NaN and infinity as null; floats in their shortest exact form), 10x faster
+            return json_escaped(_orjson.dumps(obj, option=_orjson.OPT_INDENT_2).decode("utf-8"))
+        except TypeError:  # what orjson will not take (a key that is not a string): the stdlib's encoder
+            pass
     return json_escaped(dumps(obj, ensure_ascii=False, **kwargs))
 
 

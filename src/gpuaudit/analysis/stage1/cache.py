@@ -17,6 +17,8 @@ The key (whole snapshot: if any file changed, recompute):
 A warm run finds the key without the listing: `<stamp digest>.stamp` maps the tree's stamp
 (store.reader.tree_stamp: lstat identities, no file opened) to the key, recorded only where the tree was the
 same before and after the run that found or made the entry. A stamp not recorded costs the full listing.
+`known` answers the stamp's key without reading the entry: a re-run whose stage-2 results are kept by that key
+(analysis/facts.py) reads no rollup at all.
 An entry is one file `<key>.rollup` (a zip of Arrow IPC frames and meta.json) published with util/atomic.py:
 a reader sees a whole entry or none, two writers of one key publish the same thing. An entry is written only
 when the listing after the run equals the one before it (no writer changed the dataset meanwhile) and no row
@@ -273,6 +275,23 @@ def lookup(root: Path | str) -> _Lookup:
     if found.hit is not None:
         remember(found, root, key)  # found by its listing (a copied dataset: new inodes): by its stamp next time
     return found
+
+
+def known(root: Path | str) -> str | None:
+    """The key of the entry the tree's stamp maps to, where that entry is there, without reading it (a run
+    whose stage-2 results are kept by this key, analysis/facts.py, needs nothing else); None otherwise."""
+    from gpuaudit.store.reader import tree_stamp
+
+    code = _code_digest()
+    directory = cache_dir(root)
+    key = _stamped(directory, tree_stamp(root), code)
+    if key is None:
+        return None
+    try:
+        os.utime(directory / f"{key}{SUFFIX}")  # there, and recently used: kept by the eviction
+    except OSError:
+        return None
+    return key
 
 
 def _stamp_path(directory: Path, stamp: str, code: str) -> Path:

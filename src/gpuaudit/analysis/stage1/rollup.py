@@ -60,19 +60,25 @@ def load_rollups(root: Path | str, threads: int | None = None, *, cache: bool = 
     """Stage 1 over the dataset at `root`. `cache`: use the rollup cache (stage1/cache.py) when it holds this
     exact snapshot, else read only the files an entry has not seen where de-duplication allows, and fill it;
     False (`--no-cache`): a cold run that leaves the cache alone."""
+    return load_keyed(root, threads, cache=cache)[0]
+
+
+def load_keyed(root: Path | str, threads: int | None = None, *, cache: bool = True) -> tuple[Rollups, str | None]:
+    """load_rollups, and the key of the cache entry that holds these rollups (None: none does)."""
     from gpuaudit.analysis.stage1 import cache as rcache
 
     found = rcache.lookup(root) if cache else None
     if found is not None and found.hit is not None:
         for line in (*found.hit.skipped_files, *found.hit.rejected_rows):  # as a cold run says them
             log.warning("%s", line)
-        return found.hit
+        return found.hit, found.key
     return _read(root, threads, found)
 
 
-def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
+def _read(root: Path | str, threads: int | None, found: Any) -> tuple[Rollups, str | None]:
     """Stage 1 from the files: all of them, or (with an entry to build on) only those it has not seen. With
-    `found` (the cache in use) the result is stored when no writer changed the files while they were read."""
+    `found` (the cache in use) the result is stored when no writer changed the files while they were read;
+    and the key it is stored under."""
     from gpuaudit import schema
     from gpuaudit.analysis.stage1 import cache as rcache
     from gpuaudit.store import open_dataset
@@ -106,14 +112,15 @@ def _read(root: Path | str, threads: int | None, found: Any) -> Rollups:
         if roll is None:
             roll, span = _stage1(ds)
         if found is None:
-            return roll
+            return roll, None
         after = rcache.identities(root, rcache.dataset_files(ds))
         if before == after and rcache.cacheable(roll):
             read = rcache.identities(root, [str(f) for fs in ds.files.values() for f in fs])
             key = rcache.key_of(after, found.code)
             if rcache.store(found.directory, key, roll, read, found.code, span):
                 rcache.remember(found, root, key)
-        return roll
+                return roll, key
+        return roll, None
 
 
 def _stage1(ds: Any) -> tuple[Rollups, list[float | None]]:
