@@ -23,10 +23,10 @@ import dataclasses
 import hashlib
 import logging
 import math
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -52,6 +52,8 @@ SUFFIX = ".facts"
 KEEP = 8  # entries (the newest used): a few datasets' re-runs under a few settings
 _MAX_BYTES = 2 << 30  # tens of MB at 1,000 GPUs x 90 days; a larger file is not ours
 _CACHE = privcache.PrivateCache("stage2", SUFFIX, _MAX_BYTES)
+_MAGIC = b"gpuaudit-facts\0"  # then the payload's SHA-256, then the pickle
+_DIGEST = 32
 
 
 @dataclass(frozen=True)
@@ -141,18 +143,24 @@ def _check_finite(t: ut.Totals) -> None:
 
 
 def _code_digest() -> str | None:
-    """This package's code and data files (the reading is any of them), polars' and numpy's versions; None
-    where the sources cannot be read (no memo)."""
+    """This package's code and data files (the reading is any of them; linked directories followed, as the
+    source layout's sql/ is), polars' and numpy's versions; None where the sources cannot be read (an install
+    of compiled files only: no memo, rather than one that outlives an upgrade)."""
     from importlib import metadata
 
     import gpuaudit
 
     h = hashlib.sha256(f"v{_VERSION}".encode())
     base = Path(gpuaudit.__file__).parent
+    found = []
+    for d, dirs, files in os.walk(base, followlinks=True):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        found += [Path(d, f) for f in files if f.endswith((".py", ".sql", ".toml"))]
+    if not any(p.suffix == ".py" for p in found):
+        return None
     try:
-        for p in sorted(base.rglob("*")):
-            if p.suffix in (".py", ".sql", ".toml") and "__pycache__" not in p.parts:
-                h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes())
+        for p in sorted(found):
+            h.update(str(p.relative_to(base)).encode() + b"\0" + p.read_bytes())
         for dist in ("polars", "numpy"):
             h.update(f"{dist} {metadata.version(dist)}".encode())
     except (OSError, metadata.PackageNotFoundError):
@@ -172,24 +180,32 @@ def recall(token: str | None, k: Knobs) -> Facts | None:
     data = _CACHE.read(d, key) if d is not None and key else None
     if data is None:
         return None
+    # The payload's digest first: a flipped bit would otherwise unpickle into other figures (or fail every run,
+    # as a hit is never rewritten); a mismatch is a miss, and this run writes the entry again.
+    head = len(_MAGIC) + _DIGEST
+    if data[:len(_MAGIC)] != _MAGIC or hashlib.sha256(data[head:]).digest() != data[len(_MAGIC):head]:
+        log.debug("stage-2 memo %s damaged: not used", key)
+        return None
     try:
-        found = pickle.loads(data)  # this user's own file (privcache's rules), written by keep()
-    except Exception as e:  # torn, or from another build: read the rollups instead
+        found = pickle.loads(data[head:])  # this user's own file (privcache's rules), written whole by keep()
+    except Exception as e:  # from another build of a dependency: read the rollups instead
         log.debug("stage-2 memo %s unreadable (%s): not used", key, e)
         return None
     return found if isinstance(found, Facts) else None
 
 
 def keep(token: str | None, k: Knobs, f: Facts) -> None:
-    """Keep `f` for the next run over rollup entry `token` (None: the rollups are in no entry; nothing kept)."""
+    """Keep `f` for the next run over rollup entry `token` (None: the rollups are in no entry; nothing kept).
+    Never fails the run: a memo not written costs the next run its reading."""
     key = _key(token, k) if token else None
     if key is None:
         return
-
-    def write(out: Any) -> None:
-        pickle.dump(f, out, protocol=pickle.HIGHEST_PROTOCOL)
-
-    _CACHE.save([(key, write)], KEEP)
+    try:
+        payload = pickle.dumps(f, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # an object pickle cannot take: no memo
+        log.debug("stage-2 memo not written: %s", e)
+        return
+    _CACHE.save([(key, _MAGIC + hashlib.sha256(payload).digest() + payload)], KEEP)
 
 
 def say(f: Facts) -> None:

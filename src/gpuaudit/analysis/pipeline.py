@@ -79,15 +79,18 @@ def analyze(
         from gpuaudit.analysis.stage1.spark import load_rollups as load_spark_rollups  # pyspark: the `spark` extra
 
         return _stage2(facts.read(load_spark_rollups(root), k, str(root)), applied, root=str(root), now=None)
+    known = None
     if cache:
         from gpuaudit.analysis.stage1 import cache as rcache
 
-        kept = facts.recall(rcache.known(root), k)  # a re-run of this snapshot: neither scan nor rollups read
+        known = rcache.known(root)
+        kept = facts.recall(known.key, k)  # a re-run of this snapshot: neither scan nor rollups read
         if kept is not None:
             facts.say(kept)
             return _stage2(kept, applied, root=str(root), now=None)
-    roll, token = load_keyed(root, threads=threads, cache=cache)
-    f = facts.recall(token, k)
+    roll, token = load_keyed(root, threads=threads, cache=cache, known=known)
+    # the entry found by its listing (a stamp not recorded): its memo may be there; one asked already is not
+    f = facts.recall(token, k) if known is None or token != known.key else None
     if f is None:
         f = facts.read(roll, k, str(root))
         facts.keep(token, k, f)

@@ -258,14 +258,24 @@ class _Lookup:
     stamp: str | None = None
 
 
-def lookup(root: Path | str) -> _Lookup:
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """The tree's stamp taken at the start of a run (None on s3://) and the key of the entry it maps to (None:
+    none recorded, or the entry is gone)."""
+
+    stamp: str | None
+    key: str | None
+
+
+def lookup(root: Path | str, known_: Known | None = None) -> _Lookup:
     """The entry of the snapshot at `root`, if any. First by the tree's stamp (no file opened: what a warm run
-    of a big dataset would otherwise spend reading footers), else by the full listing's key."""
+    of a big dataset would otherwise spend reading footers), else by the full listing's key. `known_`: the
+    stamp this run already took (known()), not taken twice."""
     from gpuaudit.store.reader import tree_stamp
 
     code = _code_digest()
     directory = cache_dir(root)
-    stamp = tree_stamp(root)
+    stamp = known_.stamp if known_ is not None else tree_stamp(root)
     key = _stamped(directory, stamp, code)
     hit = load(directory, key) if key else None
     if key is not None and hit is not None:
@@ -277,21 +287,23 @@ def lookup(root: Path | str) -> _Lookup:
     return found
 
 
-def known(root: Path | str) -> str | None:
-    """The key of the entry the tree's stamp maps to, where that entry is there, without reading it (a run
-    whose stage-2 results are kept by this key, analysis/facts.py, needs nothing else); None otherwise."""
+def known(root: Path | str) -> Known:
+    """The tree's stamp and the key of the entry it maps to, where that entry is there, without reading it (a
+    run whose stage-2 results are kept by this key, analysis/facts.py, needs nothing else)."""
     from gpuaudit.store.reader import tree_stamp
 
-    code = _code_digest()
     directory = cache_dir(root)
-    key = _stamped(directory, tree_stamp(root), code)
-    if key is None:
-        return None
+    stamp = tree_stamp(root)
+    key = _stamped(directory, stamp, _code_digest())
+    entry = directory / f"{key}{SUFFIX}"
     try:
-        os.utime(directory / f"{key}{SUFFIX}")  # there, and recently used: kept by the eviction
+        if key is None or not stat.S_ISREG(os.lstat(entry).st_mode):
+            return Known(stamp, None)
     except OSError:
-        return None
-    return key
+        return Known(stamp, None)
+    with contextlib.suppress(OSError):  # recently used: kept by the eviction (a read-only cache keeps it anyway)
+        os.utime(entry)
+    return Known(stamp, key)
 
 
 def _stamp_path(directory: Path, stamp: str, code: str) -> Path:

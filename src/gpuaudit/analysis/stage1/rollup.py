@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
@@ -23,6 +23,9 @@ from gpuaudit.analysis.stage1.frames import Rollups
 from gpuaudit.analysis.stage1.streams import FINE, HOURLY, REFINE, STREAMS_TABLE, streams_sql
 from gpuaudit.util import fmt
 from gpuaudit.util.resources import load_sql
+
+if TYPE_CHECKING:
+    from gpuaudit.analysis.stage1.cache import Known
 
 log = logging.getLogger("gpuaudit.analysis")
 
@@ -63,11 +66,13 @@ def load_rollups(root: Path | str, threads: int | None = None, *, cache: bool = 
     return load_keyed(root, threads, cache=cache)[0]
 
 
-def load_keyed(root: Path | str, threads: int | None = None, *, cache: bool = True) -> tuple[Rollups, str | None]:
-    """load_rollups, and the key of the cache entry that holds these rollups (None: none does)."""
+def load_keyed(root: Path | str, threads: int | None = None, *, cache: bool = True,
+               known: Known | None = None) -> tuple[Rollups, str | None]:
+    """load_rollups, and the key of the cache entry that holds these rollups (None: none does). `known`: what
+    stage1/cache.py known() found at the start of this run (its stamp is not taken again)."""
     from gpuaudit.analysis.stage1 import cache as rcache
 
-    found = rcache.lookup(root) if cache else None
+    found = rcache.lookup(root, known) if cache else None
     if found is not None and found.hit is not None:
         for line in (*found.hit.skipped_files, *found.hit.rejected_rows):  # as a cold run says them
             log.warning("%s", line)
