@@ -55,6 +55,7 @@ class FakeProm(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     server: FakeProm
+    disable_nagle_algorithm = True  # as Prometheus (Go) sends: no delayed-ACK wait between headers and body
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -439,6 +439,66 @@ def test_the_stamp_never_hides_a_change(tmp_path: Path) -> None:
     _same_as_cold(root)
 
 
+_AHEAD = """
+import os, sys, threading
+from gpuaudit.store.reader import StampAhead, tree_stamp
+root, how = sys.argv[1], sys.argv[2]
+if how == "thread":
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+if how == "fail":  # the child's walk fails (whatever the reason); the parent's works
+    import gpuaudit.store.reader as reader
+    real, parent = reader.tree_stamp, os.getpid()
+    def failing_in_the_child(r):
+        if os.getpid() != parent:
+            raise OSError("the child's walk failed")
+        return real(r)
+    reader.tree_stamp = failing_in_the_child
+ahead = StampAhead(root)
+pid = ahead._pid
+if how == "close":
+    ahead.close()
+else:
+    got = ahead()
+    print(got == tree_stamp(root), ahead() is got)
+if how == "thread":
+    stop.set()
+    other.join()
+try:
+    os.waitpid(pid, os.WNOHANG) if pid else None
+    print(bool(pid), "child left" if pid else "no child")
+except ChildProcessError:
+    print(bool(pid), "reaped")
+"""
+
+
+def test_the_stamp_taken_ahead_is_the_stamp_and_leaves_no_child(tmp_path: Path) -> None:
+    """29: a warm fleet run spent 0.5 s of its 3 s stamping the tree before its imports; a forked child now
+    takes the stamp beside them (store.reader.StampAhead). Whatever becomes of the child (it answers, it
+    fails, nobody asks), the stamp is tree_stamp's and no child is left behind; a process with another thread
+    forks none (a lock that thread holds would stay held in the child). The command's path: a warm `analyze`
+    through it equals the run that filled the cache."""
+    from tests.helpers import run_bin
+
+    root = _fleet(tmp_path / "data", days=1)
+
+    def ahead(how: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", _AHEAD, str(root), how], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert ahead("answer") == ["True", "True", "True", "reaped"]
+    assert ahead("fail") == ["True", "True", "True", "reaped"], "the child failed: the stamp is taken here"
+    assert ahead("close") == ["True", "reaped"]
+    assert ahead("thread") == ["True", "True", "False", "no", "child"]
+    first = run_bin("analyze", "--json", "--data", str(root))
+    warm = run_bin("analyze", "--json", "--data", str(root))
+    assert first.returncode == warm.returncode == 0, warm.stderr
+    _close(json.loads(first.stdout), json.loads(warm.stdout))
+
+
 def test_a_link_chain_moved_outside_the_root_changes_the_stamp(tmp_path: Path) -> None:
     """29 (review): a file linked through a second link keeps its first link's text and its target's inode
     when the middle link is pointed at a hard link of the same file outside the root; the listing then leaves

@@ -41,29 +41,41 @@ def analyze(root: Path | str, config: Path | None = None, preset: str | None = N
             engine: str = "duckdb", cache: bool = True) -> AnalysisResult:
     """Run the analyzer on the dataset at `root` with the config file / preset and the command line's
     decision inputs (`overrides`), stage 1 on `engine` (`cache`: reuse the stage-1 rollup cache)."""
-    from gpuaudit.analysis.config import load_config
-    from gpuaudit.analysis.overrides import NONE
-    from gpuaudit.analysis.pipeline import analyze as run
-
     require_dataset(root)
-    cfg = load_config(config, preset)  # a bad config fails before the long part
-    if progress:
-        progress("analyzing the dataset")
-    return run(root, cfg, overrides or NONE, engine=engine, cache=cache)
+    from gpuaudit.store.reader import StampAhead
+
+    # The dataset's stamp (what a cached run is looked up by) is taken beside the imports and the config below.
+    ahead = StampAhead(root) if cache and engine == "duckdb" else None
+    try:
+        from gpuaudit.analysis.config import load_config
+        from gpuaudit.analysis.overrides import NONE
+        from gpuaudit.analysis.pipeline import analyze as run
+
+        cfg = load_config(config, preset)  # a bad config fails before the long part
+        if progress:
+            progress("analyzing the dataset")
+        return run(root, cfg, overrides or NONE, engine=engine, cache=cache, stamp_of=ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
 
 
 def print_analysis(root: Path | str, *, as_json: bool = False, config: Path | None = None,
                    preset: str | None = None, overrides: Overrides | None = None, engine: str = "duckdb",
                    cache: bool = True) -> None:
     """`gpuaudit analyze`: the result as text on stdout, or (`as_json`) the whole result as JSON."""
-    from gpuaudit.analysis.text import summary
-    from gpuaudit.util.jsonio import json_text
-
     result = analyze(root, config, preset, overrides=overrides, engine=engine, cache=cache)
     if as_json:
-        # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal.
-        print(json_text(result.to_dict(), indent=2))
+        from gpuaudit.util.jsonio import document_bytes
+
+        # Never NaN / Infinity tokens, never a raw escape sequence or bidi override on the terminal. Bytes: a
+        # fleet's document is tens of MB, and UTF-8 is what JSON is.
+        sys.stdout.flush()
+        sys.stdout.buffer.write(document_bytes(result, indent=True) + b"\n")
+        sys.stdout.buffer.flush()
     else:
+        from gpuaudit.analysis.text import summary
+
         sys.stdout.write(summary(result))
         sys.stdout.flush()
     warn(result.warnings)

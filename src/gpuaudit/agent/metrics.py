@@ -269,6 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = _REQUEST_TIMEOUT_S  # socket timeout for every read: an idle client is dropped
     server: _Server
     protocol_version = "HTTP/1.0"  # one request per connection: no keep-alive to hold a slot
+    disable_nagle_algorithm = True  # headers and body are two writes: the body never waits for a delayed ACK
 
     def do_GET(self) -> None:
         self._serve(body=True)

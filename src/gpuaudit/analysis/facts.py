@@ -183,11 +183,12 @@ def recall(token: str | None, k: Knobs) -> Facts | None:
     # The payload's digest first: a flipped bit would otherwise unpickle into other figures (or fail every run,
     # as a hit is never rewritten); a mismatch is a miss, and this run writes the entry again.
     head = len(_MAGIC) + _DIGEST
-    if data[:len(_MAGIC)] != _MAGIC or hashlib.sha256(data[head:]).digest() != data[len(_MAGIC):head]:
+    payload = memoryview(data)[head:]  # no copy of a fleet's 100 MB
+    if data[:len(_MAGIC)] != _MAGIC or hashlib.sha256(payload).digest() != data[len(_MAGIC):head]:
         log.debug("stage-2 memo %s damaged: not used", key)
         return None
     try:
-        found = pickle.loads(data[head:])  # this user's own file (privcache's rules), written whole by keep()
+        found = pickle.loads(payload)  # this user's own file (privcache's rules), written whole by keep()
     except Exception as e:  # from another build of a dependency: read the rollups instead
         log.debug("stage-2 memo %s unreadable (%s): not used", key, e)
         return None

@@ -57,7 +57,7 @@ class Sizing:
 def overflow_mean(demand: np.ndarray, candidates: np.ndarray, unit: int = 1) -> np.ndarray:
     """mean_t of the GPUs billed for max(d_t − N, 0), for every N (sorted demand + suffix sums for GPU
     billing; whole instances otherwise)."""
-    d = np.sort(np.asarray(demand, dtype=float))
+    d = costs.ascending(demand)
     if d.size == 0:
         return np.zeros(len(candidates))
     cand = np.asarray(candidates, dtype=float)
@@ -70,7 +70,7 @@ def overflow_mean(demand: np.ndarray, candidates: np.ndarray, unit: int = 1) -> 
 
 def _share_at_least(demand: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """Share of buckets with demand ≥ each level."""
-    d = np.sort(np.asarray(demand, dtype=float))
+    d = costs.ascending(demand)
     if d.size == 0:
         return np.zeros(len(levels))
     return (d.size - np.searchsorted(d, np.asarray(levels, dtype=float) - 1e-9, side="left")) / d.size
@@ -82,7 +82,7 @@ def critical_fractile_n(demand: np.ndarray, cloud_rate: float, own_rate: np.ndar
     (`own_rate` per level k = 1..ceil(peak), or one rate for all; with `keep_rate`, levels k ≤ `existing` use it).
     With scalar rates the answer is found by bisection (the share of time at ≥ k falls with k), so a fleet of
     millions costs a few dozen probes, not an array per GPU."""
-    d = np.sort(np.asarray(demand, dtype=float))
+    d = costs.ascending(demand)
     if d.size == 0 or cloud_rate <= 0:
         return 0
     top = math.ceil(float(d[-1]) - 1e-9)
@@ -165,7 +165,7 @@ def size(cfg: Config, tl: costs.Timeline, demand: np.ndarray, all_cloud_usd: flo
     """N* over the demand series (GPUs per bucket, already scaled to the fleet and the horizon's growth).
     `all_cloud_usd` is the total at N = 0. `min_owned`: no N below it may be chosen (the latency-sensitive
     share's peak, which must run on owned GPUs); the curve still prices them."""
-    d = np.asarray(demand, dtype=float)
+    d = costs.ascending(demand)  # every figure below is of the demand's distribution, none of its order
     pm = power if isinstance(power, costs.PowerModel) else costs.PowerModel(power, power, power)
     peak = float(d.max()) if d.size else 0.0
     prices = costs.cloud_prices(cfg)

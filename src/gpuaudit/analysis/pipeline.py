@@ -65,11 +65,13 @@ def analyze(
     threads: int | None = None,
     engine: str = "duckdb",
     cache: bool = True,
+    stamp_of: Callable[[], str | None] | None = None,
 ) -> AnalysisResult:
     """Analyze the dataset at `root` (stage 1 reads it once; the rest works on small frames). `engine`: which
     SQL engine runs stage 1, `duckdb` (this machine) or `spark` (gpuaudit.analysis.stage1.spark); same rollups.
     `cache`: DuckDB's stage 1 reuses the rollup cache (stage1/cache.py) when it holds this exact snapshot, and
-    stage 2 its price-free results kept for that entry (analysis/facts.py)."""
+    stage 2 its price-free results kept for that entry (analysis/facts.py); `stamp_of` gives the dataset's
+    stamp where the caller began taking it (store.reader.StampAhead)."""
     if engine not in _ENGINES:
         raise GpuauditError(f"--engine must be one of {', '.join(_ENGINES)}, got {engine!r}")
     # bad options fail before the scan (minutes on a large dataset), not after it
@@ -83,7 +85,7 @@ def analyze(
     if cache:
         from gpuaudit.analysis.stage1 import cache as rcache
 
-        known = rcache.known(root)
+        known = rcache.known(root, stamp_of)
         kept = facts.recall(known.key, k)  # a re-run of this snapshot: neither scan nor rollups read
         if kept is not None:
             facts.say(kept)

@@ -114,11 +114,16 @@ class Context:
     def own(self, n: float, series: np.ndarray | None = None) -> dict[str, float]:
         """Owning n GPUs that serve `series` (the demand by default): each plan's power is what the GPUs it keeps
         draw at the load they carry."""
-        w = self.power.watts(self.held if series is None else series, float(n))
+        w = self.power.watts(self.held_ascending if series is None else series, float(n))
         return _first(costs.owned_cost(self.cfg, self.tl, float(n), w, self.fl.existing, self.fl.age_years))
 
     def rent(self, series: np.ndarray) -> tuple[dict[str, float], float, float]:
         return _cloud_of(self.cfg, self.tl, series, self.prices)
+
+    @cached_property
+    def held_ascending(self) -> np.ndarray:
+        """`held` sorted once for the plans' power figures (a distribution: the order is `held`'s own business)."""
+        return costs.ascending(self.held)
 
     @cached_property
     def floor(self) -> int:

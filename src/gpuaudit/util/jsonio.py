@@ -137,6 +137,25 @@ def json_text(obj: Any, **kwargs: Any) -> str:
     return json_escaped(dumps(obj, ensure_ascii=False, **kwargs))
 
 
+def document_bytes(obj: Any, *, indent: bool) -> bytes:
+    """A result document (dataclasses, enums, UTC datetimes: what `plain(rich=True)` takes) as UTF-8 JSON, the
+    text `json_text` writes of `plain(obj, rich=True)`, indented for people or compact for files, in one pass:
+    a fleet's result (45 MB, 116,000 job and pod rows) is never built as Python dicts only to be encoded again,
+    nor decoded to be encoded back. What orjson will not take (a key that is not a string, an integer beyond
+    64 bits) goes the walker's way."""
+    if _orjson is not None:
+        try:
+            raw = _orjson.dumps(obj, default=_rich_default, option=_RICH | (_orjson.OPT_INDENT_2 if indent else 0))
+        except TypeError:
+            pass
+        else:
+            if raw.isascii() and b"\x7f" not in raw:  # the common case, checked in C: nothing to escape
+                return raw
+            return json_escaped(raw.decode("utf-8")).encode("utf-8")
+    kwargs: dict[str, Any] = {"indent": 2} if indent else {"separators": (",", ":")}
+    return json_text(plain(obj, rich=True), **kwargs).encode("utf-8")
+
+
 class _MalformedJSON(ValueError):
     """Not a JSON document gpuaudit can read: bad syntax, bad encoding, or nested too deeply."""
 

@@ -39,6 +39,7 @@ import os
 import stat
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -287,13 +288,14 @@ def lookup(root: Path | str, known_: Known | None = None) -> _Lookup:
     return found
 
 
-def known(root: Path | str) -> Known:
+def known(root: Path | str, stamp_of: Callable[[], str | None] | None = None) -> Known:
     """The tree's stamp and the key of the entry it maps to, where that entry is there, without reading it (a
-    run whose stage-2 results are kept by this key, analysis/facts.py, needs nothing else)."""
+    run whose stage-2 results are kept by this key, analysis/facts.py, needs nothing else). `stamp_of`: where
+    the stamp comes from when this run began taking it already (store.reader.StampAhead)."""
     from gpuaudit.store.reader import tree_stamp
 
     directory = cache_dir(root)
-    stamp = tree_stamp(root)
+    stamp = stamp_of() if stamp_of is not None else tree_stamp(root)
     key = _stamped(directory, stamp, _code_digest())
     entry = directory / f"{key}{SUFFIX}"
     try:
