@@ -212,6 +212,14 @@ def section(figures: list[dict[str, Any]], elapsed: float, command: str, name: s
     return f"## {name}\n\n(ran in {elapsed:.0f} s, {when})\n\n" + "\n".join(rows) + "\n"
 
 
+def publish(figures: list[dict[str, Any]], elapsed: float, command: str, name: str, quick: bool) -> None:
+    """Print the section; unless `quick`, put it into RESULTS.md too."""
+    text = section(figures, elapsed, command, name)
+    print(text)
+    if not quick:
+        splice(HERE / "RESULTS.md", text, name)
+
+
 def splice(results: Path, section: str, name: str = "cache") -> None:
     """Put `section` into RESULTS.md in place of an earlier `## <name>` section (else before the GPU check)."""
     text = results.read_text(encoding="utf-8")
@@ -255,10 +263,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     # One section per --sizes list, so that each size can be run (and re-run) on its own.
     name = f"cache ({args.sizes})" if args.sizes else "cache"
-    text = section(figures, time.perf_counter() - t0, f"python benchmarks/bench_cache.py{how}", name)
-    print(text)
-    if not args.quick:
-        splice(HERE / "RESULTS.md", text, name)
+    publish(figures, time.perf_counter() - t0, f"python benchmarks/bench_cache.py{how}", name, args.quick)
     return 0
 
 

@@ -32,7 +32,7 @@ REPO = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_cache import START, _close, _simulate, _timed, section, splice  # noqa: E402  (after the path above)
+from bench_cache import START, _close, _simulate, _timed, publish  # noqa: E402  (after the path above)
 
 REPEATS = 5
 INTERVAL_S = 600.0
@@ -47,7 +47,7 @@ def _worktree(ref: str, where: Path) -> Path:
     return where / "src"
 
 
-def run(work: Path, gpus: int, days: int, before: str | None) -> tuple[list[dict[str, Any]], str]:
+def run(work: Path, gpus: int, days: int, before: str | None) -> list[dict[str, Any]]:
     root = work / "data"
     shutil.rmtree(work, ignore_errors=True)
     rows = _simulate(root, gpus, days, INTERVAL_S, START)
@@ -98,7 +98,7 @@ def run(work: Path, gpus: int, days: int, before: str | None) -> tuple[list[dict
             "<= 1 GB at 778 M rows (issue 29)", rss["this"] <= 1e9 / 2**20,
             "every figure = a cold --no-cache run's with the same price, within 1e-9"),
     ]
-    return figures, label
+    return figures
 
 
 def main() -> int:
@@ -116,7 +116,7 @@ def main() -> int:
     work = HERE / ".work" / "warm"
     t0 = time.perf_counter()
     try:
-        figures, _ = run(work, args.gpus, args.days, args.before)
+        figures = run(work, args.gpus, args.days, args.before)
     finally:
         if args.before:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(work / "before")],
@@ -124,10 +124,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     how = f" --gpus {args.gpus} --days {args.days}" + (f" --before {args.before}" if args.before else "")
     name = f"warm with a new price ({args.gpus}x{args.days} at 600 s)"
-    text = section(figures, time.perf_counter() - t0, f"python benchmarks/bench_warm.py{how}", name)
-    print(text)
-    if not args.quick:
-        splice(HERE / "RESULTS.md", text, name)
+    publish(figures, time.perf_counter() - t0, f"python benchmarks/bench_warm.py{how}", name, args.quick)
     return 0
 
 
