@@ -56,11 +56,18 @@ def _measure(*args: str, repeats: int = REPEATS) -> tuple[float, float, str]:
     return statistics.median(walls), max(rsss), out
 
 
+def child_env(src: Path, more: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmarked gpuaudit process: `src` on the path, bytecode written and read as an
+    installed package's is (a user's pip install compiles it; this machine sets PYTHONDONTWRITEBYTECODE, and
+    without bytecode each run compiles 80 modules, 0.15 s)."""
+    full = {**os.environ, "PYTHONPATH": str(src), **(more or {})}
+    full.pop("PYTHONDONTWRITEBYTECODE", None)
+    return full
+
+
 def _timed(*args: str, src: Path | None = None, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """One run under /usr/bin/time-like accounting: a wrapper process reports its child's own peak RSS. `src`:
-    the gpuaudit sources to run (default this checkout's); `env`: more environment. The modules' bytecode is
-    written and read as an installed package's is (a user's pip install compiles it; without it each run
-    compiles 80 modules, 0.15 s)."""
+    the gpuaudit sources to run (default this checkout's); `env`: more environment (child_env)."""
     wrapper = ("import os,resource,subprocess,sys,time;t=time.perf_counter();"
                "p=subprocess.run(sys.argv[1:],stdout=open(os.environ['BENCH_OUT'],'wb'),stderr=subprocess.PIPE);"
                "w=time.perf_counter()-t;"
@@ -68,8 +75,7 @@ def _timed(*args: str, src: Path | None = None, env: dict[str, str] | None = Non
                "print(w,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss);sys.exit(p.returncode)")
     out_file = HERE / ".work" / "cache-out.json"
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    full = {**os.environ, "PYTHONPATH": str(src or REPO / "src"), "BENCH_OUT": str(out_file), **(env or {})}
-    full.pop("PYTHONDONTWRITEBYTECODE", None)
+    full = child_env(src or REPO / "src", {"BENCH_OUT": str(out_file), **(env or {})})
     r = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "gpuaudit", *args],
                        capture_output=True, text=True, env=full)
     if r.returncode != 0:

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_cache import splice  # noqa: E402  (one RESULTS.md splice for every benchmark)
+from bench_cache import child_env, splice  # noqa: E402  (one RESULTS.md splice, one child environment)
 
 REPEATS = 5
 QUICK_REPEATS = 2
@@ -38,13 +38,9 @@ LIBRARIES = ("polars", "numpy", "matplotlib", "duckdb", "jinja2", "typer")
 TARGET = 2.0  # the report at most this many times the import of its libraries
 
 
-def _env(src: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(src)}
-
-
 def _wall(*argv: str, src: Path = REPO / "src") -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, env=_env(src), cwd=REPO)
+    r = subprocess.run(argv, capture_output=True, text=True, env=child_env(src), cwd=REPO)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {r.stderr[-2000:]}")
