@@ -189,8 +189,7 @@ def run(work: Path, size: tuple[int, int, float], prefix: str = "") -> list[dict
             target="<= 1 GB at 778 M rows (issue 29)", met=price_mb <= 1e9 / 2**20),
         fig("analyze after one more day of data (cached run: new files only, merged)", day_s, "s",
             "cold on the same data", day_cold_s, target="<= 10 % of cold (issue 29)", met=day_s <= 0.1 * day_cold_s,
-            note=f"+{more:,} rows in new files; fixed costs (imports, bootstrap) bound it; every figure = cold's "
-                 "within 1e-9"),
+            note=f"+{more:,} rows in new files; every figure = cold's within 1e-9"),
         fig("analyze after one more day: peak RSS", day_mb, "MiB", "cold", day_cold_mb),
         fig("analyze after one more day, then warm again", day_warm_s, "s", "cold on the same data", day_cold_s),
         fig("report (html, md, json), cold", rep_cold_s, "s", note="`gpuaudit report -q --no-cache`"),
